@@ -1,0 +1,41 @@
+"""The content-addressed store of response bodies (CAS), named by BLAKE3 digest.
+
+Recording streams a body into ``Store.writer()``: each ``update(chunk)`` hashes
+and writes, ``commit()`` publishes the bytes under their digest. Replay streams
+it back with ``Store.open(digest)``, whose reader rehashes every byte and never
+hands out the last chunk of a corrupt blob. Modules:
+
+- ``layout``: where the store lives and how digests map to paths (pure);
+- ``base``: the ``Store`` interface, ``BlobWriter``, ``BlobReader``, the errors;
+- ``disk``: ``DiskStore``, the real thing (``<root>/blake3/<2 hex>/<62 hex>``);
+- ``memory``: ``MemoryStore``, a dict with identical behaviour, for tests.
+
+See docs/store.md for the guarantees and the measured numbers.
+"""
+
+from fetchproxy.store.base import (
+    BlobReader,
+    BlobWriter,
+    CorruptBlobError,
+    MissingBlobError,
+    Store,
+    StoreError,
+)
+from fetchproxy.store.disk import DiskBlobWriter, DiskStore, TempFile
+from fetchproxy.store.layout import default_store_path
+from fetchproxy.store.memory import MemoryBlobWriter, MemoryStore
+
+__all__ = [
+    "BlobReader",
+    "BlobWriter",
+    "CorruptBlobError",
+    "DiskBlobWriter",
+    "DiskStore",
+    "MemoryBlobWriter",
+    "MemoryStore",
+    "MissingBlobError",
+    "Store",
+    "StoreError",
+    "TempFile",
+    "default_store_path",
+]

@@ -1,0 +1,321 @@
+"""The store's interface: errors, the streaming writer and reader, ``Store``.
+
+``BlobWriter`` and ``BlobReader`` hold everything both implementations share —
+hashing, the writer's open/committed/aborted states, verification while
+reading — so ``DiskStore`` and ``MemoryStore`` differ only in where bytes go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Protocol, Self
+
+import blake3
+
+from fetchproxy.digest import PREFIX, Digest, parse_digest
+from fetchproxy.errors import FetchproxyError
+
+_VERIFY_HINT = "`fetchproxy lock verify` lists every missing or damaged blob"
+
+
+class StoreError(FetchproxyError, OSError):
+    """The store could not do what was asked (I/O failure, bad state on disk)."""
+
+
+class MissingBlobError(StoreError, FileNotFoundError):
+    """A blob the caller asked for is not in the store."""
+
+    def __init__(self, digest: Digest, path: Path | None) -> None:
+        where = f"no file {path}" if path is not None else "not in the in-memory store"
+        super().__init__(
+            f"blob {digest} is missing from the store ({where}); "
+            f"record again to fetch it — {_VERIFY_HINT}"
+        )
+        self.digest = digest
+        self.path = path
+
+
+class CorruptBlobError(StoreError):
+    """Bytes do not hash to the digest they are stored or committed under."""
+
+    def __init__(
+        self, message: str, *, expected: Digest, actual: Digest, path: Path | None
+    ) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.actual = actual
+        self.path = path
+
+    @classmethod
+    def stored(cls, *, expected: Digest, actual: Digest, path: Path | None) -> Self:
+        """A blob in the store whose bytes changed after it was written."""
+        where = str(path) if path is not None else "the in-memory store"
+        return cls(
+            f"corrupt blob in {where}: expected {expected}, got {actual}; it was not served. "
+            f"Delete it and record again — {_VERIFY_HINT}",
+            expected=expected,
+            actual=actual,
+            path=path,
+        )
+
+    @classmethod
+    def written(cls, *, expected: Digest, actual: Digest, path: Path | None) -> Self:
+        """Bytes streamed into a writer that do not hash to what the caller expected."""
+        where = str(path) if path is not None else "the in-memory store"
+        return cls(
+            f"refused to store a blob: expected {expected}, got {actual}; "
+            f"nothing was written to {where}",
+            expected=expected,
+            actual=actual,
+            path=path,
+        )
+
+
+def _digest_of(hasher: blake3.blake3) -> Digest:
+    return Digest(PREFIX + hasher.hexdigest())
+
+
+class BlobWriter(ABC):
+    """Streams one blob into the store: ``update()`` chunks, then ``commit()``.
+
+    Bytes are hashed as they arrive and become visible under their digest only
+    on ``commit()``. ``abort()``, an error, or leaving a ``with`` block without
+    committing discards them. A writer is used by one thread at a time.
+    """
+
+    def __init__(self) -> None:
+        self._hasher = blake3.blake3()
+        self._size = 0
+        self._state = "open"
+
+    @property
+    def size(self) -> int:
+        """Bytes written so far."""
+        return self._size
+
+    def update(self, chunk: bytes) -> None:
+        """Hash and write ``chunk``; on failure the writer is aborted."""
+        self._check_open("update")
+        if not chunk:
+            return
+        try:
+            self._write(chunk)
+        except BaseException:
+            self._abort_quietly()
+            raise
+        self._hasher.update(chunk)
+        self._size += len(chunk)
+
+    def commit(self, expected: Digest | None = None) -> Digest:
+        """Make the blob durable under its digest and return the digest.
+
+        If the store already holds the blob, it is kept and the new copy is
+        dropped. With ``expected``, bytes hashing to anything else are discarded
+        and ``CorruptBlobError`` is raised.
+        """
+        self._check_open("commit")
+        if expected is not None:
+            expected = parse_digest(expected)
+        actual = _digest_of(self._hasher)
+        if expected is not None and expected != actual:
+            self._abort_quietly()
+            raise CorruptBlobError.written(
+                expected=expected, actual=actual, path=self._target_path(expected)
+            )
+        try:
+            self._publish(actual)
+        except BaseException:
+            self._abort_quietly()
+            raise
+        self._state = "committed"
+        return actual
+
+    async def commit_async(self, expected: Digest | None = None) -> Digest:
+        """``commit()`` in a worker thread, so fsync never stalls the event loop."""
+        return await asyncio.to_thread(self.commit, expected)
+
+    def abort(self) -> None:
+        """Discard what was written; does nothing once committed or aborted."""
+        if self._state == "open":
+            self._state = "aborted"
+            self._discard()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.abort()
+        else:
+            self._abort_quietly()
+
+    def _check_open(self, action: str) -> None:
+        if self._state != "open":
+            raise ValueError(f"cannot {action}: this blob writer is already {self._state}")
+
+    def _abort_quietly(self) -> None:
+        """Abort on an error path, keeping the original error in charge."""
+        with contextlib.suppress(OSError):
+            self.abort()
+
+    @abstractmethod
+    def _write(self, chunk: bytes) -> None:
+        """Append ``chunk`` to the pending blob."""
+
+    @abstractmethod
+    def _publish(self, digest: Digest) -> None:
+        """Make the pending bytes the blob ``digest`` (or drop them if it exists)."""
+
+    @abstractmethod
+    def _discard(self) -> None:
+        """Throw the pending bytes away."""
+
+    @abstractmethod
+    def _target_path(self, digest: Digest) -> Path | None:
+        """Where the blob ``digest`` lives, for messages."""
+
+
+class BlobSource(Protocol):
+    """What a ``BlobReader`` reads from: an unbuffered binary file or ``BytesIO``."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class BlobReader:
+    """Streams one blob out of the store, rehashing every byte.
+
+    Iteration yields chunks but withholds the last one until the whole blob
+    has been read and its digest checked, so a corrupt blob is never handed
+    out whole: the mismatch raises ``CorruptBlobError`` instead. A reader can
+    be iterated once; it closes itself when iteration ends.
+    """
+
+    def __init__(
+        self,
+        source: BlobSource,
+        *,
+        digest: Digest,
+        size: int,
+        path: Path | None,
+        chunk_size: int,
+    ) -> None:
+        if chunk_size < 1:
+            source.close()
+            raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+        self._source = source
+        self._chunk_size = chunk_size
+        self._started = False
+        self.digest = digest
+        self.size = size
+        self.path = path
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self._started:
+            raise ValueError(f"blob {self.digest} was already read; open it again")
+        self._started = True
+        return self._verified_chunks()
+
+    def read_all(self) -> bytes:
+        """The whole blob, verified."""
+        return b"".join(self)
+
+    def close(self) -> None:
+        """Release the underlying file; safe to call more than once."""
+        self._source.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _verified_chunks(self) -> Iterator[bytes]:
+        hasher = blake3.blake3()
+        held = b""
+        try:
+            while chunk := self._read():
+                hasher.update(chunk)
+                if held:
+                    yield held
+                held = chunk
+            actual = _digest_of(hasher)
+            if actual != self.digest:
+                raise CorruptBlobError.stored(expected=self.digest, actual=actual, path=self.path)
+            if held:
+                yield held
+        finally:
+            self.close()
+
+    def _read(self) -> bytes:
+        try:
+            return self._source.read(self._chunk_size)
+        except OSError as exc:
+            where = self.path if self.path is not None else "the in-memory store"
+            raise StoreError(
+                f"cannot read blob {self.digest} from {where}: {exc.strerror or exc}"
+            ) from exc
+
+
+class Store(ABC):
+    """A content-addressed store of response bodies, named by BLAKE3 digest.
+
+    Every method taking a digest first validates it (``ValueError`` for a
+    malformed one). A blob is only ever visible under the digest of its bytes.
+    """
+
+    @abstractmethod
+    def writer(self) -> BlobWriter:
+        """A writer for a new blob."""
+
+    @abstractmethod
+    def open(self, digest: Digest, *, chunk_size: int = 1 << 20) -> BlobReader:
+        """A verifying reader for ``digest``; ``MissingBlobError`` if absent."""
+
+    @abstractmethod
+    def contains(self, digest: Digest) -> bool:
+        """Whether the store holds ``digest`` (without verifying it)."""
+
+    @abstractmethod
+    def size_of(self, digest: Digest) -> int:
+        """The size in bytes of ``digest``; ``MissingBlobError`` if absent."""
+
+    @abstractmethod
+    def digests(self) -> Iterator[Digest]:
+        """Every blob in the store, in sorted order; temp files and junk are skipped."""
+
+    @abstractmethod
+    def remove(self, digest: Digest) -> None:
+        """Delete ``digest`` (for garbage collection); ``MissingBlobError`` if absent."""
+
+    @abstractmethod
+    def blob_path(self, digest: Digest) -> Path | None:
+        """The file holding ``digest`` if the store has files (for zero-copy serving)."""
+
+    def put(self, data: bytes) -> Digest:
+        """Store ``data`` and return its digest."""
+        with self.writer() as writer:
+            writer.update(data)
+            return writer.commit()
+
+    def verify(self, digest: Digest) -> None:
+        """Rehash ``digest`` in full: ``CorruptBlobError`` or ``MissingBlobError`` if bad."""
+        with self.open(digest) as reader:
+            for _chunk in reader:
+                pass

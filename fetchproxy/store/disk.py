@@ -1,0 +1,302 @@
+"""``DiskStore``: blobs as read-only files under ``<root>/blake3/<2 hex>/<62 hex>``.
+
+Write protocol: stream into an exclusive temp file in ``<root>/tmp/`` while
+hashing; on commit ``fsync`` it, make it read-only (0o444), hard-link it to its
+final name — which fails if the blob already exists, so an existing blob is
+never rewritten — remove the temp name and ``fsync`` the directory. Readers
+and listings never look in ``tmp/``, so a crash leaves at worst a temp file for
+garbage collection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from fetchproxy.digest import ALGORITHM, Digest, parse_digest
+from fetchproxy.store.base import (
+    BlobReader,
+    BlobWriter,
+    MissingBlobError,
+    Store,
+    StoreError,
+)
+from fetchproxy.store.layout import (
+    TEMP_DIR,
+    TEMP_SUFFIX,
+    blob_relpath,
+    digest_of_entry,
+    is_shard_name,
+    is_temp_name,
+    temp_prefix,
+)
+
+BLOB_MODE = 0o444
+DIR_MODE = 0o755
+FLUSH_EVERY = 32 << 20
+"""Start a background ``fdatasync`` after this many new bytes (see docs/store.md)."""
+
+# link(2) errors meaning "this file system has no hard links": fall back to rename.
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK})
+_ELSEWHERE = "or pick another store with --store or FETCHPROXY_STORE"
+_FIX_WRITE = f"free space or fix permissions there, {_ELSEWHERE}"
+_FIX_READ = f"check the store's files and permissions, {_ELSEWHERE}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TempFile:
+    """A temp file in the store: a write in progress or left by a crash."""
+
+    path: Path
+    mtime: float
+    size: int
+
+
+def _store_error(action: str, exc: OSError, fix: str = _FIX_WRITE) -> StoreError:
+    where = f" ({exc.filename})" if exc.filename else ""
+    return StoreError(f"cannot {action}: {exc.strerror or exc}{where} — {fix}")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _ensure_dir(path: Path) -> None:
+    """Create ``path`` and missing parents, making each new entry durable."""
+    if path.is_dir():
+        return
+    _ensure_dir(path.parent)
+    try:
+        path.mkdir(mode=DIR_MODE)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        return
+    _fsync_dir(path.parent)
+
+
+class DiskStore(Store):
+    """The store on disk. Safe for concurrent writers, threads and processes alike."""
+
+    def __init__(
+        self, root: Path, *, flush_every: int | None = FLUSH_EVERY, drop_flushed: bool = True
+    ) -> None:
+        """``flush_every`` and ``drop_flushed`` tune how large blobs are written.
+
+        Every ``flush_every`` bytes (``None``: never) a writer starts a
+        background ``fdatasync``; with ``drop_flushed`` the bytes it made durable
+        then leave the page cache, so a body streamed once does not evict the
+        build's files. docs/store.md has the measurements behind both defaults.
+        """
+        self.root = Path(root)
+        self.flush_every = flush_every
+        self.drop_flushed = drop_flushed
+
+    def __repr__(self) -> str:
+        return f"DiskStore({str(self.root)!r})"
+
+    def blob_path(self, digest: Digest) -> Path:
+        return self.root.joinpath(blob_relpath(digest))
+
+    @property
+    def temp_dir(self) -> Path:
+        """Where writers keep bytes until they commit."""
+        return self.root / TEMP_DIR
+
+    def writer(self) -> DiskBlobWriter:
+        return DiskBlobWriter(self)
+
+    def open(self, digest: Digest, *, chunk_size: int = 1 << 20) -> BlobReader:
+        path = self.blob_path(digest)
+        try:
+            source = path.open("rb", buffering=0)
+        except FileNotFoundError:
+            raise MissingBlobError(digest, path) from None
+        except OSError as exc:
+            raise _store_error(f"open blob {digest}", exc, _FIX_READ) from exc
+        try:
+            size = os.fstat(source.fileno()).st_size
+        except BaseException:
+            source.close()
+            raise
+        return BlobReader(source, digest=digest, size=size, path=path, chunk_size=chunk_size)
+
+    def contains(self, digest: Digest) -> bool:
+        try:
+            return stat.S_ISREG(self.blob_path(digest).stat().st_mode)
+        except FileNotFoundError:
+            return False
+
+    def size_of(self, digest: Digest) -> int:
+        path = self.blob_path(digest)
+        try:
+            return path.stat().st_size
+        except FileNotFoundError:
+            raise MissingBlobError(digest, path) from None
+
+    def digests(self) -> Iterator[Digest]:
+        top = self.root / ALGORITHM
+        for shard in _sorted_names(top):
+            if not is_shard_name(shard):
+                continue
+            for name in _sorted_names(top / shard):
+                digest = digest_of_entry(shard, name)
+                if digest is not None and (top / shard / name).is_file():
+                    yield digest
+
+    def remove(self, digest: Digest) -> None:
+        path = self.blob_path(digest)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            raise MissingBlobError(digest, path) from None
+
+    def temp_files(self) -> list[TempFile]:
+        """Temp files of writers in progress or crashed, oldest first.
+
+        A live writer touches its file on every write, so anything older than a
+        grace period is a leftover garbage collection may delete.
+        """
+        found = []
+        for name in _sorted_names(self.temp_dir):
+            if not is_temp_name(name):
+                continue
+            path = self.temp_dir / name
+            try:
+                info = path.stat()
+            except FileNotFoundError:  # committed or aborted meanwhile
+                continue
+            found.append(TempFile(path=path, mtime=info.st_mtime, size=info.st_size))
+        return sorted(found, key=lambda temp: (temp.mtime, temp.path))
+
+
+def _sorted_names(directory: Path) -> list[str]:
+    try:
+        return sorted(entry.name for entry in directory.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+class DiskBlobWriter(BlobWriter):
+    """Writes into an exclusive temp file; see the module docstring for the protocol.
+
+    Large blobs are flushed to disk in the background while they stream in
+    (every ``store.flush_every`` bytes), so ``commit()``'s final ``fsync`` is short.
+    """
+
+    def __init__(self, store: DiskStore) -> None:
+        super().__init__()
+        self._store = store
+        self._fd = -1
+        self._written = 0
+        self._unflushed = 0
+        self._flusher: threading.Thread | None = None
+        self._flush_error: OSError | None = None
+        try:
+            _ensure_dir(store.temp_dir)
+            self._fd, name = tempfile.mkstemp(
+                prefix=temp_prefix(os.getpid()), suffix=TEMP_SUFFIX, dir=store.temp_dir
+            )
+        except OSError as exc:
+            self._state = "aborted"
+            raise _store_error(f"create a temp file in {store.temp_dir}", exc) from exc
+        self.temp_path = Path(name)
+
+    def _write(self, chunk: bytes) -> None:
+        view = memoryview(chunk)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as exc:
+            raise _store_error(f"write to {self.temp_path}", exc) from exc
+        self._written += len(chunk)
+        flush_every = self._store.flush_every
+        if flush_every is None:
+            return
+        self._unflushed += len(chunk)
+        if self._unflushed >= flush_every and not self._flushing():
+            self._unflushed = 0
+            self._flusher = threading.Thread(
+                target=self._flush,
+                args=(self._fd, self._written),
+                name="fetchproxy-store-flush",
+                daemon=True,
+            )
+            self._flusher.start()
+
+    def _flushing(self) -> bool:
+        return self._flusher is not None and self._flusher.is_alive()
+
+    def _flush(self, fd: int, written: int) -> None:
+        """Make the first ``written`` bytes durable, then (maybe) drop them from the cache."""
+        try:
+            os.fdatasync(fd)
+        except OSError as exc:
+            self._flush_error = exc
+            return
+        if self._store.drop_flushed:
+            with contextlib.suppress(OSError):  # only advice: nothing is lost if it fails
+                os.posix_fadvise(fd, 0, written, os.POSIX_FADV_DONTNEED)
+
+    def _join_flusher(self) -> None:
+        if self._flusher is not None:
+            self._flusher.join()
+            self._flusher = None
+
+    def _publish(self, digest: Digest) -> None:
+        target = self._store.blob_path(digest)
+        try:
+            self._join_flusher()
+            if self._flush_error is not None:
+                raise self._flush_error
+            os.fsync(self._fd)
+            os.fchmod(self._fd, BLOB_MODE)
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+            _ensure_dir(target.parent)
+            if self._link(target):
+                _fsync_dir(target.parent)
+        except OSError as exc:
+            raise _store_error(f"store blob {digest} at {target}", exc) from exc
+
+    def _link(self, target: Path) -> bool:
+        """Give the temp file its final name unless taken; whether this writer did."""
+        try:
+            os.link(self.temp_path, target)
+        except FileExistsError:
+            linked = False
+        except OSError as exc:
+            if exc.errno not in _NO_HARD_LINKS:
+                raise
+            linked = not target.exists()
+            if linked:
+                self.temp_path.replace(target)
+        else:
+            linked = True
+        self.temp_path.unlink(missing_ok=True)
+        return linked
+
+    def _discard(self) -> None:
+        self._join_flusher()
+        self._close()
+        self.temp_path.unlink(missing_ok=True)
+
+    def _close(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _target_path(self, digest: Digest) -> Path:
+        return self._store.blob_path(parse_digest(digest))

@@ -1,0 +1,232 @@
+"""The record addon: forward each request upstream, store each answer, lock what may be locked.
+
+Every body streams through the store's writer as it passes (hash + temp file, constant memory);
+each finished fetch goes to the journal at once; the canonical lock is written at the end. The
+rules (which headers to strip, what may be locked, which headers to keep) are the core's, in
+:mod:`fetchproxy.recording`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from mitmproxy import addonmanager, ctx, exceptions, http
+
+from addons import flows
+from fetchproxy.eventlog import EventLog, default_log_path
+from fetchproxy.journal import Journal, journal_path
+from fetchproxy.lock import Fetch, Lock
+from fetchproxy.lockfile import write_lock
+from fetchproxy.normalize import DEFAULT_SECRET_PARAMS, InvalidURLError, RequestKey
+from fetchproxy.recording import (
+    STRIPPED_REQUEST_HEADERS,
+    UPSTREAM_ACCEPT_ENCODING,
+    fetch_from_answer,
+    is_recordable,
+)
+from fetchproxy.store import BlobWriter, DiskStore, Store, default_store_path
+
+logger = logging.getLogger("fetchproxy.record")
+
+_WRITER = "fetchproxy.writer"
+
+
+class _Tee:
+    """mitmproxy's stream callable: every raw body chunk goes to the store, then on."""
+
+    def __init__(self, writer: BlobWriter) -> None:
+        self.writer = writer
+        self.chunks = 0
+
+    def __call__(self, chunk: bytes) -> bytes:
+        if chunk:
+            self.writer.update(chunk)
+            self.chunks += 1
+        return chunk
+
+
+class RecordStats:
+    """What a record run did, for the summary line."""
+
+    def __init__(self) -> None:
+        self.recorded = 0
+        self.passed = 0  # answered but not locked (5xx, websocket)
+        self.failed = 0  # connection or TLS failures
+        self.bytes = 0
+
+
+class Record:
+    """Options ``record_lock``, ``record_store`` and ``record_log``."""
+
+    def __init__(self, store: Store | None = None) -> None:
+        self._given_store = store
+        self.store: Store | None = store
+        self.lock_path = Path("fetchproxy.lock.toml")
+        self.fetches: dict[RequestKey, Fetch] = {}
+        self.stats = RecordStats()
+        self.journal: Journal | None = None
+        self.events = EventLog(None)
+        self.secret_params = DEFAULT_SECRET_PARAMS
+        self.lock_written = False
+        self._pending: set[str] = set()
+        """Flows forwarded upstream whose answer is not yet stored (or failed)."""
+
+    def load(self, loader: addonmanager.Loader) -> None:
+        loader.add_option(
+            "record_lock", str, "fetchproxy.lock.toml", "The lock file the recording writes."
+        )
+        loader.add_option(
+            "record_store",
+            str,
+            "",
+            "The content-addressed store for bodies (empty: $FETCHPROXY_STORE or the cache dir).",
+        )
+        loader.add_option(
+            "record_log", str, "", "The JSON-lines event log (empty: beside the lock)."
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        if "record_lock" in updated or "record_log" in updated:
+            self.lock_path = Path(ctx.options.record_lock)
+            log_path = Path(ctx.options.record_log or default_log_path(self.lock_path))
+            self.events.close()
+            self.events = EventLog(log_path)
+        if "record_store" in updated and self._given_store is None:
+            root = ctx.options.record_store
+            self.store = DiskStore(Path(root) if root else default_store_path())
+
+    def running(self) -> None:
+        if self.journal is None:
+            try:
+                self.journal = Journal(journal_path(self.lock_path))
+            except OSError as exc:
+                raise exceptions.OptionsError(
+                    f"{self.lock_path}: cannot write the record journal: {exc.strerror}"
+                ) from None
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response is not None:
+            return
+        try:
+            flows.request_key(flow, self.secret_params)
+        except (InvalidURLError, ValueError) as exc:
+            flow.response = http.Response.make(
+                400,
+                f"fetchproxy: cannot record this request: {exc}\n",
+                {"content-type": "text/plain"},
+            )
+            self.events.emit("unrecordable", reason=str(exc))
+            return
+        headers = flow.request.headers
+        for name in STRIPPED_REQUEST_HEADERS:
+            headers.pop(name, None)
+        headers["accept-encoding"] = UPSTREAM_ACCEPT_ENCODING
+        self._pending.add(flow.id)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        response = flow.response
+        assert response is not None
+        key = flow.metadata.get(flows.KEY)
+        if (
+            self.store is None
+            or not isinstance(key, RequestKey)
+            or not is_recordable(response.status_code)
+            or flow.websocket is not None
+        ):
+            response.stream = True
+            return
+        tee = _Tee(self.store.writer())
+        flow.metadata[_WRITER] = tee
+        response.stream = tee
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        try:
+            await self._store_response(flow)
+        finally:
+            self._pending.discard(flow.id)
+
+    async def _store_response(self, flow: http.HTTPFlow) -> None:
+        tee = flow.metadata.pop(_WRITER, None)
+        response = flow.response
+        key = flow.metadata.get(flows.KEY)
+        if not isinstance(tee, _Tee) or response is None or not isinstance(key, RequestKey):
+            if response is not None and flow.metadata.get(flows.KEY) is not None:
+                self.stats.passed += 1
+            return
+        if tee.chunks == 0 and response.raw_content:
+            tee.writer.update(response.raw_content)  # a body mitmproxy did not stream
+        size = tee.writer.size
+        try:
+            digest = await asyncio.to_thread(tee.writer.commit)
+        except BaseException:
+            tee.writer.abort()
+            raise
+        fetch = fetch_from_answer(
+            key,
+            status=response.status_code,
+            headers=response.headers.items(multi=True),
+            digest=digest,
+            size=size,
+            secret_params=self.secret_params,
+        )
+        self._add(fetch)
+
+    def _add(self, fetch: Fetch) -> None:
+        key = fetch.key
+        previous = self.fetches.get(key)
+        if previous is not None and previous != fetch:
+            logger.warning(
+                "%s %s answered differently within one run (%s, %d bytes, then %s, %d bytes): "
+                "the origin is not deterministic; the lock keeps the last answer",
+                key.method,
+                key.url,
+                previous.digest,
+                previous.size,
+                fetch.digest,
+                fetch.size,
+            )
+            self.events.emit("drift-in-run", url=key.url, method=key.method)
+        if previous is None:
+            self.stats.recorded += 1
+            self.stats.bytes += fetch.size
+        self.fetches[key] = fetch
+        if self.journal is not None:
+            self.journal.append(fetch)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._pending.discard(flow.id)
+        tee = flow.metadata.pop(_WRITER, None)
+        if isinstance(tee, _Tee):
+            tee.writer.abort()
+        self.stats.failed += 1
+        key = flow.metadata.get(flows.KEY)
+        what = f"{key.method} {key.url}" if isinstance(key, RequestKey) else "a request"
+        message = flow.error.msg if flow.error else "unknown error"
+        logger.error("record: %s failed, not recorded: %s", what, message)
+        self.events.emit("failed", url=getattr(key, "url", None), error=message)
+
+    async def settle(self, timeout: float) -> int:
+        """Wait until every forwarded fetch is stored or failed; how many are still pending.
+
+        A client can have the whole body before the ``response`` hook has committed it, so a
+        run that stops right after its last fetch must wait here before writing the lock.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._pending and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        return len(self._pending)
+
+    def write_lock(self) -> bool:
+        """Write the canonical lock of everything recorded; remove the journal. Returns changed."""
+        changed = write_lock(self.lock_path, Lock.from_fetches(self.fetches.values()))
+        self.lock_written = True
+        if self.journal is not None:
+            self.journal.close(remove=True)
+            self.journal = None
+        return changed
+
+    def done(self) -> None:
+        self.events.close()

@@ -1,0 +1,268 @@
+"""The replay addon: answer from the lock and the store, refuse everything else.
+
+A request whose key the lock holds is answered locally with the recorded status, headers and
+bytes; anything else gets a 403 refusal and an event-log line naming the nearest entry. No
+upstream connection is ever opened: ``server_connect`` kills any connection that is not to
+fetchproxy's own loopback blob server, which streams large bodies (see
+:mod:`fetchproxy.blobserver`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from pathlib import Path
+
+from mitmproxy import addonmanager, ctx, exceptions, http, tcp, udp
+from mitmproxy.proxy import server_hooks
+
+from addons import flows
+from fetchproxy.blobserver import BlobServer
+from fetchproxy.digest import Digest
+from fetchproxy.eventlog import EventLog, default_log_path
+from fetchproxy.lock import Fetch, Lock
+from fetchproxy.lockfile import LockFileError, load_lock
+from fetchproxy.normalize import DEFAULT_SECRET_PARAMS, InvalidURLError, RequestKey
+from fetchproxy.replaying import (
+    CORRUPT_BLOB,
+    NOT_HTTP,
+    NOT_IN_LOCK,
+    Answer,
+    answer_for,
+    nearest,
+    refusal,
+    refusal_text,
+)
+from fetchproxy.store import (
+    CorruptBlobError,
+    DiskStore,
+    Store,
+    default_store_path,
+)
+
+logger = logging.getLogger("fetchproxy.replay")
+
+SMALL_BODY = 256 * 1024
+"""Bodies up to this size are answered from memory; larger ones stream via the blob server."""
+_CACHE_BYTES = 64 * 1024 * 1024
+
+
+class ReplayStats:
+    """What a replay run did, for the summary line."""
+
+    def __init__(self) -> None:
+        self.served = 0
+        self.refused = 0
+        self.bytes = 0
+
+
+class Replay:
+    """Options ``replay_lock``, ``replay_store`` and ``replay_log``."""
+
+    def __init__(self, store: Store | None = None) -> None:
+        self._given_store = store
+        self.store: Store | None = store
+        self.lock = Lock()
+        self.lock_path = Path("fetchproxy.lock.toml")
+        self.events = EventLog(None)
+        self.stats = ReplayStats()
+        self.secret_params = DEFAULT_SECRET_PARAMS
+        self.used: set[RequestKey] = set()
+        self.refused: list[RequestKey] = []
+        self.blobs: BlobServer | None = None
+        self._verified: set[Digest] = set()
+        self._cache: OrderedDict[Digest, bytes] = OrderedDict()
+        self._cache_size = 0
+
+    def load(self, loader: addonmanager.Loader) -> None:
+        loader.add_option("replay_lock", str, "fetchproxy.lock.toml", "The lock to replay.")
+        loader.add_option(
+            "replay_store",
+            str,
+            "",
+            "The content-addressed store for bodies (empty: $FETCHPROXY_STORE or the cache dir).",
+        )
+        loader.add_option(
+            "replay_log", str, "", "The JSON-lines event log (empty: beside the lock)."
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        if "replay_store" in updated and self._given_store is None:
+            root = ctx.options.replay_store
+            self.store = DiskStore(Path(root) if root else default_store_path())
+        if "replay_lock" in updated:
+            self.lock_path = Path(ctx.options.replay_lock)
+            try:
+                self.lock = load_lock(self.lock_path)
+            except LockFileError as exc:
+                raise exceptions.OptionsError(str(exc)) from None
+        if updated & {"replay_lock", "replay_store"} and self.store is not None:
+            missing = sorted(d for d in self.lock.digests() if not self.store.contains(d))
+            if missing:
+                shown = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
+                raise exceptions.OptionsError(
+                    f"{self.lock_path}: {len(missing)} recorded bodies are missing from the store "
+                    f"{getattr(self.store, 'root', '(memory)')} ({shown}) — record again with "
+                    "`fetchproxy record`, or point --store at the store it was recorded into"
+                )
+        if updated & {"replay_lock", "replay_log"}:
+            log_path = Path(ctx.options.replay_log or default_log_path(self.lock_path))
+            self.events.close()
+            self.events = EventLog(log_path)
+
+    async def running(self) -> None:
+        if self.blobs is None and self.store is not None:
+            self.blobs = BlobServer(self.store)
+            await self.blobs.start()
+
+    # -------------------------------------------------------------------------------- requests
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response is not None:
+            return
+        try:
+            key = flows.request_key(flow, self.secret_params)
+        except (InvalidURLError, ValueError) as exc:
+            flow.response = http.Response.make(
+                400, f"fetchproxy: refused: {exc}\n", {"content-type": "text/plain"}
+            )
+            self.stats.refused += 1
+            self.events.emit("refused", reason="invalid-request", error=str(exc))
+            return
+        if flow.request.headers.get("upgrade", "").lower() == "websocket":
+            self._refuse(flow, key, reason=NOT_HTTP)
+            return
+        fetch = self.lock.lookup(key)
+        if fetch is None:
+            self._refuse(flow, key, reason=NOT_IN_LOCK)
+            return
+        try:
+            await self._verify(fetch.digest)
+        except CorruptBlobError as exc:
+            logger.error("%s", exc)
+            self._refuse(flow, key, reason=CORRUPT_BLOB, status=502)
+            return
+        self.used.add(key)
+        answer = answer_for(
+            fetch, method=key.method, range_header=flow.request.headers.get("range")
+        )
+        self.stats.served += 1
+        if not answer.send_body:
+            flow.response = flows.response_from(flow, answer, b"")
+            return
+        start, end = _span(answer, fetch)
+        self.stats.bytes += end - start
+        if fetch.size <= SMALL_BODY or self.blobs is None:
+            body = await self._small_body(fetch.digest)
+            flow.response = flows.response_from(flow, answer, body[start:end])
+            return
+        flow.metadata[flows.OWN] = answer
+        request = flow.request
+        request.scheme = "http"
+        request.host = self.blobs.host
+        request.port = self.blobs.port
+        request.method = "GET"
+        request.path = self.blobs.path_for(fetch.digest, start, end)
+        request.headers = http.Headers(host=f"{self.blobs.host}:{self.blobs.port}")
+        # An HTTP/2 client's request has an :authority, with which mitmproxy would send the
+        # HTTP/1 request line in absolute form ("GET http://..."): the blob server wants origin form.
+        request.authority = ""
+        request.content = b""
+        request.http_version = "HTTP/1.1"
+
+    def _refuse(
+        self, flow: http.HTTPFlow, key: RequestKey, *, reason: str, status: int = 403
+    ) -> None:
+        lock_name = str(self.lock_path)
+        answer = refusal(key, lock_name=lock_name, reason=reason)
+        if status != answer.status:
+            answer = Answer(status, answer.headers, None)
+        flow.response = flows.response_from(
+            flow, answer, refusal_text(key, lock_name=lock_name, reason=reason).encode()
+        )
+        self.stats.refused += 1
+        self.refused.append(key)
+        self.events.refused(key, reason=reason, nearest=nearest(self.lock, key))
+
+    async def _verify(self, digest: Digest) -> None:
+        if digest in self._verified:
+            return
+        store = self.store
+        assert store is not None
+        await asyncio.to_thread(store.verify, digest)
+        self._verified.add(digest)
+
+    async def _small_body(self, digest: Digest) -> bytes:
+        cached = self._cache.get(digest)
+        if cached is not None:
+            self._cache.move_to_end(digest)
+            return cached
+        store = self.store
+        assert store is not None
+
+        def read() -> bytes:
+            with store.open(digest) as blob:
+                return blob.read_all()
+
+        body = await asyncio.to_thread(read)
+        self._cache[digest] = body
+        self._cache_size += len(body)
+        while self._cache_size > _CACHE_BYTES:
+            _, dropped = self._cache.popitem(last=False)
+            self._cache_size -= len(dropped)
+        return body
+
+    # -------------------------------------------------------------------------------- responses
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        answer = flow.metadata.get(flows.OWN)
+        response = flow.response
+        if not isinstance(answer, Answer) or response is None:
+            return
+        if response.status_code != 200:  # the blob server could not serve it
+            key = flow.metadata[flows.KEY]
+            self._refuse(flow, key, reason=CORRUPT_BLOB, status=502)
+            return
+        flows.set_answer_headers(response, answer)
+        response.stream = True
+
+    # -------------------------------------------------------------------------------- connections
+
+    def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
+        """Fail closed: replay connects to nothing but its own blob server."""
+        blobs = self.blobs
+        address = data.server.address
+        if blobs is not None and address == (blobs.host, blobs.port):
+            return
+        data.server.error = "fetchproxy replay never connects upstream"
+        logger.error("replay: refused an upstream connection to %s (this is a bug)", address)
+
+    def tcp_start(self, flow: tcp.TCPFlow) -> None:
+        self._kill_raw(flow)
+
+    def udp_start(self, flow: udp.UDPFlow) -> None:
+        self._kill_raw(flow)
+
+    def _kill_raw(self, flow: tcp.TCPFlow | udp.UDPFlow) -> None:
+        address = flow.server_conn.address
+        self.stats.refused += 1
+        self.events.emit("refused", reason=NOT_HTTP, address=f"{address}")
+        logger.warning("replay: refused a non-HTTP connection to %s", address)
+        flow.kill()
+
+    async def done(self) -> None:
+        if self.blobs is not None:
+            await self.blobs.close()
+            self.blobs = None
+        self.events.close()
+
+    def unused(self) -> list[Fetch]:
+        """Lock entries no request asked for in this run."""
+        return [f for f in self.lock.fetches if f.key not in self.used]
+
+
+def _span(answer: Answer, fetch: Fetch) -> tuple[int, int]:
+    if answer.body is None:
+        return 0, fetch.size
+    return answer.body.start, answer.body.end + 1

@@ -1,0 +1,145 @@
+"""fetchproxy's own certificate authority, made with ``cryptography``.
+
+Clients trust this CA so the proxy can read HTTPS fetches. ``serve`` uses a persistent CA kept in
+a private directory (0700, key 0600) under ``$XDG_DATA_HOME/fetchproxy/ca``; every sandboxed
+``record``/``replay`` run makes a fresh ephemeral one whose key lives only in the run's private
+temporary directory and is removed with it.
+
+mitmproxy reads a CA from its confdir as ``mitmproxy-ca.pem`` (key, then certificate); the
+certificate alone is written beside it as ``fetchproxy-ca.pem`` for clients.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from fetchproxy.atomicfile import write_atomic
+from fetchproxy.errors import FetchproxyError
+
+MITMPROXY_CA_FILE = "mitmproxy-ca.pem"
+CERT_FILE = "fetchproxy-ca.pem"
+_LIFETIME = datetime.timedelta(days=3650)
+_EPHEMERAL_LIFETIME = datetime.timedelta(days=2)
+
+
+class CAError(FetchproxyError, OSError):
+    """The CA directory cannot be created, read or trusted."""
+
+
+@dataclass(frozen=True, slots=True)
+class CertificateAuthority:
+    """A CA certificate and its private key, both PEM."""
+
+    cert_pem: bytes
+    key_pem: bytes
+
+    def write(self, directory: Path) -> Path:
+        """Write the CA into ``directory`` for mitmproxy and clients; return the certificate path.
+
+        The directory is made private (0700) and the key file is 0600.
+        """
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        directory.chmod(0o700)
+        write_atomic(directory / MITMPROXY_CA_FILE, self.key_pem + self.cert_pem, mode=0o600)
+        cert_path = directory / CERT_FILE
+        write_atomic(cert_path, self.cert_pem, mode=0o644)
+        return cert_path
+
+
+def generate_ca(
+    common_name: str = "fetchproxy CA", *, lifetime: datetime.timedelta = _LIFETIME
+) -> CertificateAuthority:
+    """A new self-signed CA (ECDSA P-256: fast enough to make one per run).
+
+    Its SubjectKeyIdentifier is derived from its public key, so leaf certificates signed
+    with it carry a matching AuthorityKeyIdentifier.
+    """
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "fetchproxy"),
+        ]
+    )
+    now = datetime.datetime.now(datetime.UTC)
+    public_key = key.public_key()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + lifetime)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return CertificateAuthority(
+        cert_pem=cert.public_bytes(serialization.Encoding.PEM),
+        key_pem=key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )
+
+
+def generate_ephemeral_ca() -> CertificateAuthority:
+    """A CA for one sandboxed run: short-lived, never written outside the run's directory."""
+    return generate_ca("fetchproxy ephemeral CA", lifetime=_EPHEMERAL_LIFETIME)
+
+
+def persistent_ca_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """``$XDG_DATA_HOME/fetchproxy/ca``, else ``~/.local/share/fetchproxy/ca``."""
+    data_home = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "fetchproxy" / "ca"
+
+
+def ensure_persistent_ca(directory: Path) -> Path:
+    """The persistent CA's certificate path, making the CA on first use.
+
+    Refuses a directory that other users can read, since it holds the CA's private key.
+    """
+    try:
+        if (directory / MITMPROXY_CA_FILE).exists():
+            mode = directory.stat().st_mode & 0o777
+            if mode & 0o077:
+                raise CAError(
+                    f"{directory}: the CA directory is readable by other users (mode {mode:o}) "
+                    f"— run `chmod 700 {directory}`, or remove it to make a new CA"
+                )
+            cert_path = directory / CERT_FILE
+            if not cert_path.exists():
+                pem = (directory / MITMPROXY_CA_FILE).read_bytes()
+                cert = x509.load_pem_x509_certificate(pem[pem.index(b"-----BEGIN CERTIFICATE") :])
+                write_atomic(cert_path, cert.public_bytes(serialization.Encoding.PEM))
+            return cert_path
+        return generate_ca().write(directory)
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, CAError):
+            raise
+        raise CAError(f"{directory}: cannot set up fetchproxy's CA: {exc}") from exc

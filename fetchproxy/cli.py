@@ -1,0 +1,165 @@
+"""The ``fetchproxy`` command line: parse arguments, call the API, turn errors into exit codes.
+
+Exit status: 0 success; 2 usage errors and bad input (every :class:`FetchproxyError`); for
+``record``/``replay`` the build's own status when it failed, else 3 when replay refused anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from fetchproxy.errors import FetchproxyError
+
+DEFAULT_LOCK = "fetchproxy.lock.toml"
+
+
+class _Formatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        level = "" if record.levelno < logging.WARNING else f"{record.levelname.lower()}: "
+        return f"fetchproxy: {level}{record.getMessage()}"
+
+
+def _setup_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+    logging.getLogger("fetchproxy").setLevel(logging.INFO)
+
+
+def _listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:8080)")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _add_lock(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lock",
+        type=Path,
+        default=Path(os.environ.get("FETCHPROXY_LOCK", DEFAULT_LOCK)),
+        help=f"the lock file (default: $FETCHPROXY_LOCK or ./{DEFAULT_LOCK})",
+    )
+
+
+def _add_store(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        help="the content-addressed store "
+        "(default: $FETCHPROXY_STORE, else $XDG_CACHE_HOME/fetchproxy/store)",
+    )
+
+
+def _add_proxy_options(parser: argparse.ArgumentParser, *, record: bool) -> None:
+    _add_lock(parser)
+    _add_store(parser)
+    parser.add_argument(
+        "--log", type=Path, default=None, help="JSON-lines event log (default: beside the lock)"
+    )
+    if record:
+        parser.add_argument(
+            "--upstream-ca",
+            type=Path,
+            action="append",
+            default=[],
+            metavar="PATH",
+            help="also trust this CA bundle for upstream TLS (repeatable)",
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fetchproxy",
+        description="Hermetic builds at the network boundary: record a build's fetches "
+        "into a reviewable lock, replay them byte for byte.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    for mode, help_text in (
+        ("record", "run BUILD in the network sandbox; record every fetch into the lock"),
+        ("replay", "run BUILD in the network sandbox; serve only what the lock holds"),
+    ):
+        sub = commands.add_parser(mode, help=help_text)
+        _add_proxy_options(sub, record=mode == "record")
+        sub.add_argument(
+            "--no-sandbox",
+            action="store_true",
+            help="run BUILD with the host's network (only clients honouring proxy variables "
+            "are covered)",
+        )
+        sub.add_argument("build", nargs=argparse.REMAINDER, metavar="-- BUILD...")
+
+    serve = commands.add_parser(
+        "serve", help="run a record or replay proxy for clients you point at it (no sandbox)"
+    )
+    serve.add_argument("mode", choices=("record", "replay"))
+    _add_proxy_options(serve, record=True)
+    serve.add_argument(
+        "--listen",
+        type=_listen,
+        default=("127.0.0.1", 8080),
+        metavar="HOST:PORT",
+        help="where to listen (default 127.0.0.1:8080; port 0 picks a free one)",
+    )
+
+    ca = commands.add_parser("ca", help="fetchproxy's certificate authority")
+    ca_commands = ca.add_subparsers(dest="ca_command", required=True, metavar="COMMAND")
+    ca_commands.add_parser("path", help="print the path of the CA certificate clients must trust")
+
+    lock = commands.add_parser("lock", help="work with lock files")
+    lock_commands = lock.add_subparsers(dest="lock_command", required=True, metavar="COMMAND")
+    verify = lock_commands.add_parser(
+        "verify", help="check that every entry's body is in the store and intact"
+    )
+    _add_lock(verify)
+    _add_store(verify)
+    fmt = lock_commands.add_parser(
+        "fmt", help="rewrite a lock in canonical form (e.g. after a merge)"
+    )
+    _add_lock(fmt)
+    recover = lock_commands.add_parser(
+        "recover", help="write the lock from the journal of an interrupted record"
+    )
+    _add_lock(recover)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``fetchproxy`` command; returns the exit status."""
+    _setup_logging()
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except FetchproxyError as exc:
+        print(f"fetchproxy: error: {exc}", file=sys.stderr)
+        return exc.exit_status
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from fetchproxy import commands  # noqa: PLC0415 -- keeps `--help` fast
+
+    if args.command in ("record", "replay"):
+        return commands.run(args)
+    if args.command == "serve":
+        return commands.serve(args)
+    if args.command == "ca":
+        return commands.ca_path()
+    if args.command == "lock":
+        handler = {
+            "verify": commands.lock_verify,
+            "fmt": commands.lock_fmt,
+            "recover": commands.lock_recover,
+        }[args.lock_command]
+        return handler(args)
+    raise AssertionError(f"unhandled command {args.command}")

@@ -1,0 +1,114 @@
+"""What each ``fetchproxy`` subcommand does, given its parsed arguments."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fetchproxy.ca import ensure_persistent_ca, persistent_ca_dir
+from fetchproxy.errors import FetchproxyError
+from fetchproxy.journal import journal_path, read_journal
+from fetchproxy.lock import DuplicateFetchError, Lock
+from fetchproxy.lockfile import load_lock, write_lock
+from fetchproxy.store import CorruptBlobError, DiskStore, MissingBlobError, default_store_path
+
+
+class UsageError(FetchproxyError, ValueError):
+    """The command line asks for something that cannot be done."""
+
+
+def open_store(path: Path | None) -> DiskStore:
+    return DiskStore(path if path is not None else default_store_path())
+
+
+def serve(args: argparse.Namespace) -> int:
+    from fetchproxy.proxy import ProxySettings  # noqa: PLC0415 -- mitmproxy loads slowly
+    from fetchproxy.serve import serve as run_serve  # noqa: PLC0415
+
+    confdir = persistent_ca_dir()
+    ensure_persistent_ca(confdir)
+    host, port = args.listen
+    settings = ProxySettings(
+        mode=args.mode,
+        lock=args.lock,
+        store=open_store(args.store),
+        confdir=confdir,
+        listen_host=host,
+        listen_port=port,
+        log=args.log,
+        upstream_ca=tuple(args.upstream_ca),
+    )
+    return run_serve(settings)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fetchproxy.run import RunRequest, run_build  # noqa: PLC0415 -- mitmproxy loads slowly
+
+    argv = list(args.build)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise UsageError(
+            f"`fetchproxy {args.command}` needs a build: fetchproxy {args.command} -- BUILD..."
+        )
+    request = RunRequest(
+        mode=args.command,
+        argv=argv,
+        lock=args.lock,
+        store=open_store(args.store),
+        log=args.log,
+        upstream_ca=tuple(getattr(args, "upstream_ca", ())),
+        sandbox=not args.no_sandbox,
+    )
+    return run_build(request)
+
+
+def ca_path() -> int:
+    print(ensure_persistent_ca(persistent_ca_dir()))
+    return 0
+
+
+def lock_verify(args: argparse.Namespace) -> int:
+    lock = load_lock(args.lock)
+    store = open_store(args.store)
+    problems = 0
+    for digest in sorted(lock.digests()):
+        try:
+            store.verify(digest)
+        except (MissingBlobError, CorruptBlobError) as exc:
+            problems += 1
+            print(f"fetchproxy: {exc}", file=sys.stderr)
+    blobs = len(lock.digests())
+    if problems:
+        print(
+            f"fetchproxy: {args.lock}: {problems} of {blobs} bodies missing or corrupt",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"fetchproxy: {args.lock}: {len(lock)} fetches, {blobs} bodies, all intact")
+    return 0
+
+
+def lock_fmt(args: argparse.Namespace) -> int:
+    lock = load_lock(args.lock, require_sorted=False)
+    changed = write_lock(args.lock, lock)
+    print(f"fetchproxy: {args.lock}: {'rewritten' if changed else 'already canonical'}")
+    return 0
+
+
+def lock_recover(args: argparse.Namespace) -> int:
+    journal = journal_path(args.lock)
+    if not journal.exists():
+        raise FetchproxyError(f"{journal}: no journal to recover (nothing was interrupted)")
+    latest = {}
+    for fetch in read_journal(journal):
+        latest[fetch.key] = fetch
+    try:
+        lock = Lock.from_fetches(latest.values())
+    except DuplicateFetchError as exc:  # pragma: no cover -- keys are unique by construction
+        raise FetchproxyError(str(exc)) from None
+    write_lock(args.lock, lock)
+    journal.unlink()
+    print(f"fetchproxy: {args.lock}: recovered {len(lock)} fetches from {journal}")
+    return 0

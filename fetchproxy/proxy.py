@@ -1,0 +1,176 @@
+"""The embedded proxy: one in-process mitmproxy with fetchproxy's addons.
+
+:class:`ProxyRun` starts mitmproxy on the running event loop with its terminal log and dumper
+off, ``connection_strategy=lazy`` (an eager strategy dials the origin at CONNECT time, which
+replay must never do), upstream TLS verified against the system and certifi bundles plus any
+``--upstream-ca``, and either the record or the replay addon. ``start()`` returns once the
+listeners accept connections or raises :class:`ProxyStartError` with mitmproxy's own reason;
+``stop()`` closes the listeners first (mitmproxy leaves them open otherwise) and then shuts down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import certifi
+from mitmproxy import exceptions, master, options
+from mitmproxy.addons import default_addons
+
+from addons.lifecycle import Address, Lifecycle
+from addons.record import Record
+from addons.replay import Replay
+from fetchproxy.atomicfile import write_atomic
+from fetchproxy.errors import FetchproxyError
+from fetchproxy.store import Store
+
+Mode = Literal["record", "replay"]
+
+SETTLE_TIMEOUT = 30.0
+"""How long ``stop()`` waits for fetches in flight to be stored before recording ends."""
+
+logger = logging.getLogger("fetchproxy.proxy")
+
+_SYSTEM_BUNDLES = (
+    "/etc/ssl/certs/ca-certificates.crt",  # Debian, Ubuntu, Arch
+    "/etc/pki/tls/certs/ca-bundle.crt",  # Fedora, RHEL
+    "/etc/ssl/cert.pem",  # Alpine, macOS
+)
+
+
+class ProxyStartError(FetchproxyError, OSError):
+    """mitmproxy could not start: the port is taken, an option is wrong, a file is bad."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProxySettings:
+    mode: Mode
+    lock: Path
+    store: Store
+    confdir: Path
+    """Holds the CA (``mitmproxy-ca.pem``) and the upstream trust bundle."""
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8080
+    log: Path | None = None
+    upstream_ca: Sequence[Path] = ()
+    http2: bool = True
+    extra_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+class _StartupErrors(logging.Handler):
+    """Collects what mitmproxy logs as errors while it starts (instead of its ErrorCheck)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def upstream_trust_bundle(confdir: Path, extra: Sequence[Path]) -> Path:
+    """The certifi and system bundles plus ``extra``, as one file in ``confdir``.
+
+    mitmproxy's ``ssl_verify_upstream_trusted_ca`` replaces its default trust, so everything
+    has to be in the one file.
+    """
+    parts = [Path(certifi.where()).read_bytes()]
+    default = ssl.get_default_verify_paths().cafile
+    for candidate in (default, *_SYSTEM_BUNDLES):
+        if candidate and Path(candidate).is_file():
+            parts.append(Path(candidate).read_bytes())
+            break
+    for path in extra:
+        try:
+            parts.append(path.read_bytes())
+        except OSError as exc:
+            raise ProxyStartError(f"{path}: cannot read --upstream-ca: {exc.strerror}") from None
+    bundle = confdir / "upstream-trust.pem"
+    write_atomic(bundle, b"\n".join(parts))
+    return bundle
+
+
+class ProxyRun:
+    """One running mitmproxy. Use ``await start()``, then ``await stop()``."""
+
+    def __init__(
+        self, settings: ProxySettings, *, on_running: Callable[[], None] | None = None
+    ) -> None:
+        self.settings = settings
+        self.lifecycle = Lifecycle(on_running)
+        self.addon: Record | Replay = (
+            Record(settings.store) if settings.mode == "record" else Replay(settings.store)
+        )
+        self._master: master.Master | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._errors = _StartupErrors()
+        self.addresses: list[Address] = []
+
+    async def start(self) -> list[Address]:
+        s = self.settings
+        opts = options.Options()
+        self._master = master.Master(opts)
+        self._master.addons.add(self.lifecycle, *default_addons(), self.addon)
+        prefix = s.mode
+        mitm_log = logging.getLogger("mitmproxy")
+        mitm_log.addHandler(self._errors)
+        try:
+            opts.update(
+                listen_host=s.listen_host,
+                listen_port=s.listen_port,
+                confdir=str(s.confdir),
+                connection_strategy="lazy",
+                ssl_verify_upstream_trusted_ca=str(upstream_trust_bundle(s.confdir, s.upstream_ca)),
+                http2=s.http2,
+                http3=False,
+                **{
+                    f"{prefix}_lock": str(s.lock),
+                    f"{prefix}_log": str(s.log) if s.log else "",
+                },
+                **s.extra_options,
+            )
+        except exceptions.OptionsError as exc:
+            mitm_log.removeHandler(self._errors)
+            raise ProxyStartError(str(exc)) from None
+        loop = asyncio.get_running_loop()
+        listening: asyncio.Future[list[Address]] = loop.create_future()
+        self.lifecycle.listening = listening
+        self._task = asyncio.create_task(self._master.run())
+        waiters: set[asyncio.Future[Any]] = {self._task, listening}
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        mitm_log.removeHandler(self._errors)
+        if listening.done() and not self._errors.messages:
+            self.addresses = listening.result()
+            if self.addresses:
+                return self.addresses
+        await self.stop()
+        reasons = "; ".join(self._errors.messages) or "mitmproxy stopped while starting"
+        raise ProxyStartError(f"cannot listen on {s.listen_host}:{s.listen_port}: {reasons}")
+
+    async def stop(self) -> None:
+        """Close the listeners, let fetches in flight finish (record), then shut down."""
+        m = self._master
+        if m is None:
+            return
+        proxyserver = m.addons.get("proxyserver")
+        if proxyserver is not None:
+            with suppress(Exception):
+                await proxyserver.servers.update([])
+        if isinstance(self.addon, Record):
+            pending = await self.addon.settle(SETTLE_TIMEOUT)
+            if pending:
+                logger.warning(
+                    "record: stopped with %d fetches still in flight; they are not in the lock",
+                    pending,
+                )
+        m.shutdown()
+        if self._task is not None:
+            with suppress(asyncio.CancelledError):
+                await self._task
+        self._master = None

@@ -1,0 +1,135 @@
+"""What replay answers: pure decisions over the lock, no mitmproxy and no I/O.
+
+A request's key either names a lock entry exactly (a hit, answered with the recorded status,
+headers and bytes) or it does not (a refusal, with the nearest entry to make the fix obvious).
+There is no third outcome: no near match is ever served and nothing is forwarded.
+"""
+
+from __future__ import annotations
+
+import bisect
+import http
+from dataclasses import dataclass
+
+from fetchproxy.lock import Fetch, Lock
+from fetchproxy.normalize import RequestKey
+from fetchproxy.ranges import ByteRange, Unsatisfiable, parse_range
+
+REFUSED_HEADER = "x-fetchproxy-refused"
+NOT_IN_LOCK = "not-in-lock"
+CORRUPT_BLOB = "corrupt-blob"
+NOT_HTTP = "not-http"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A response to send: status, headers in order, and which bytes of the blob follow."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: ByteRange | None
+    """The part of the blob to send; None sends the whole blob (or nothing, for HEAD)."""
+    send_body: bool = True
+
+    @property
+    def reason(self) -> str:
+        return _reason(self.status)
+
+
+def _reason(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def answer_for(fetch: Fetch, *, method: str, range_header: str | None) -> Answer:
+    """The recorded answer for a hit, with ``Range`` honoured on a recorded 200."""
+    headers = [(name, value) for name, value in _recorded_headers(fetch)]
+    if method == "HEAD":
+        length = fetch.content_length if fetch.content_length is not None else fetch.size
+        headers.append(("content-length", str(length)))
+        return Answer(fetch.status, tuple(headers), None, send_body=False)
+    wanted = parse_range(range_header, fetch.size) if fetch.status == 200 else None
+    if isinstance(wanted, Unsatisfiable):
+        return Answer(
+            416,
+            (("content-range", wanted.content_range()), ("content-length", "0")),
+            None,
+            send_body=False,
+        )
+    if isinstance(wanted, ByteRange):
+        headers.append(("content-range", wanted.content_range()))
+        headers.append(("content-length", str(wanted.length)))
+        return Answer(206, tuple(headers), wanted)
+    headers.append(("content-length", str(fetch.size)))
+    return Answer(fetch.status, tuple(headers), None)
+
+
+def _recorded_headers(fetch: Fetch) -> list[tuple[str, str]]:
+    pairs = [
+        ("content-type", fetch.content_type),
+        ("content-encoding", fetch.content_encoding),
+        ("content-disposition", fetch.content_disposition),
+        ("location", fetch.location),
+    ]
+    return [(name, value) for name, value in pairs if value is not None]
+
+
+def refusal(key: RequestKey, *, lock_name: str, reason: str = NOT_IN_LOCK) -> Answer:
+    """The 403 a build sees for a request the lock does not hold."""
+    body = refusal_text(key, lock_name=lock_name, reason=reason).encode()
+    return Answer(
+        403,
+        (
+            (REFUSED_HEADER, reason),
+            ("content-type", "text/plain; charset=utf-8"),
+            ("content-length", str(len(body))),
+        ),
+        None,
+    )
+
+
+def refusal_text(key: RequestKey, *, lock_name: str, reason: str = NOT_IN_LOCK) -> str:
+    """The one-line body of a refusal, naming the method, URL and lock."""
+    if reason == NOT_IN_LOCK:
+        why = f"not in the lock {lock_name}"
+    elif reason == CORRUPT_BLOB:
+        why = f"the recorded body in the store is corrupt (lock {lock_name})"
+    else:
+        why = f"{reason} (lock {lock_name})"
+    return f"fetchproxy: refused {key.method} {key.url}: {why}\n"
+
+
+def nearest(lock: Lock, key: RequestKey) -> Fetch | None:
+    """The lock entry most like ``key``: the longest shared URL prefix, then the same method.
+
+    Entries are sorted by URL, so the longest common prefix is at a neighbour of the spot
+    where ``key`` would be inserted.
+    """
+    fetches = lock.fetches
+    if not fetches:
+        return None
+    position = bisect.bisect_left(fetches, key.sort_key(), key=Fetch.sort_key)
+    candidates = fetches[max(position - 2, 0) : position + 2]
+
+    def likeness(entry: Fetch) -> tuple[int, bool, bool]:
+        return (
+            _common_prefix(entry.url, key.url),
+            entry.method == key.method,
+            entry.accept == key.accept,
+        )
+
+    best = max(candidates, key=likeness)
+    host = key.url.split("/", 3)[:3]
+    if best.url.split("/", 3)[:3] != host:
+        return None  # nothing on this host: a new host is its own message
+    return best
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

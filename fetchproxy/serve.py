@@ -1,0 +1,53 @@
+"""``fetchproxy serve``: a long-running record or replay proxy, without a sandbox.
+
+Prints ``fetchproxy: listening on http://HOST:PORT`` once it accepts connections, runs until
+SIGINT or SIGTERM, then closes its listeners, writes what it must (the lock, when recording) and
+prints a summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from addons.record import Record
+from addons.replay import Replay
+from fetchproxy.proxy import ProxyRun, ProxySettings
+from fetchproxy.summary import record_summary, replay_summary
+
+
+async def _serve(settings: ProxySettings) -> int:
+    run = ProxyRun(settings)
+    await run.start()
+    host, port = run.addresses[0]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"fetchproxy: listening on http://{shown}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await run.stop()
+    return finish(run)
+
+
+def finish(run: ProxyRun) -> int:
+    """Write the lock (record) and print the summary; the exit status of a proxy run."""
+    addon = run.addon
+    if isinstance(addon, Record):
+        addon.write_lock()
+        print(record_summary(addon, lock=run.settings.lock), file=sys.stderr)
+        return 0
+    assert isinstance(addon, Replay)
+    print(replay_summary(addon, lock=run.settings.lock), file=sys.stderr)
+    return 0
+
+
+def serve(settings: ProxySettings) -> int:
+    """Run the proxy until SIGINT/SIGTERM; the exit status."""
+    return asyncio.run(_serve(settings))

@@ -21,7 +21,9 @@ def parse_digest(text: str) -> Digest:
     if _DIGEST_RE.fullmatch(text):
         return Digest(text)
     if not text.startswith(PREFIX):
-        raise ValueError(f"{text!r} is not a digest: expected 'blake3:' and 64 lowercase hex digits")
+        raise ValueError(
+            f"{text!r} is not a digest: expected 'blake3:' and 64 lowercase hex digits"
+        )
     raise ValueError(
         f"{text!r} is not a digest: expected exactly 64 lowercase hex digits after 'blake3:'"
     )

@@ -519,27 +519,42 @@ def test_concurrent_writer_processes(tmp_path: Path) -> None:
     store.verify(digest)
 
 
-def test_large_blob_is_flushed_in_the_background(
+def test_large_blob_is_flushed_and_dropped_from_the_cache_in_the_background(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    flushed: list[int] = []
-    real_fdatasync = os.fdatasync
+    events: list[tuple[str, int]] = []
+    real_fdatasync, real_fadvise = os.fdatasync, os.posix_fadvise
 
     def fdatasync(fd: int) -> None:
-        flushed.append(os.fstat(fd).st_size)
+        events.append(("fdatasync", os.fstat(fd).st_size))
         real_fdatasync(fd)
 
+    def posix_fadvise(fd: int, offset: int, length: int, advice: int) -> None:
+        assert (offset, advice) == (0, os.POSIX_FADV_DONTNEED)
+        events.append(("drop", length))
+        real_fadvise(fd, offset, length, advice)
+
     monkeypatch.setattr(os, "fdatasync", fdatasync)
+    monkeypatch.setattr(os, "posix_fadvise", posix_fadvise)
     store = DiskStore(tmp_path / "store", flush_every=50_000)
     with store.writer() as writer:
         for chunk in chunked(BODY, 10_000):
             writer.update(chunk)
         assert writer.commit() == BODY_DIGEST
-    assert flushed
-    assert all(size >= 50_000 for size in flushed)
     store.verify(BODY_DIGEST)
-    assert DiskStore(tmp_path / "quiet", flush_every=None).put(BODY) == BODY_DIGEST
-    assert len(flushed) <= len(BODY) // 50_000
+    assert events
+    for (sync, synced), (drop, dropped) in zip(events[::2], events[1::2], strict=True):
+        # each flush covers at least flush_every new bytes, and drops only what it synced
+        assert (sync, drop) == ("fdatasync", "drop")
+        assert 50_000 <= dropped <= synced
+        assert dropped % 10_000 == 0
+
+    events.clear()
+    DiskStore(tmp_path / "cached", flush_every=50_000, drop_flushed=False).put(BODY)
+    assert {name for name, _ in events} == {"fdatasync"}
+    events.clear()
+    DiskStore(tmp_path / "late", flush_every=None).put(BODY)
+    assert events == []
 
 
 def test_background_flush_failure_fails_the_commit(

@@ -1,11 +1,12 @@
 """``DiskStore``: blobs as read-only files under ``<root>/blake3/<2 hex>/<62 hex>``.
 
 Write protocol: stream into an exclusive temp file in ``<root>/tmp/`` while
-hashing; on commit ``fsync`` it, make it read-only (0o444), hard-link it to its
-final name — which fails if the blob already exists, so an existing blob is
-never rewritten — remove the temp name and ``fsync`` the directory. Readers
-and listings never look in ``tmp/``, so a crash leaves at worst a temp file for
-garbage collection.
+hashing (large bodies are flushed, and dropped from the page cache, in the
+background as they arrive); on commit ``fsync`` it, make it read-only (0o444),
+hard-link it to its final name — which fails if the blob already exists, so an
+existing blob is never rewritten — remove the temp name and ``fsync`` the
+directory. Readers and listings never look in ``tmp/``, so a crash leaves at
+worst a temp file for garbage collection.
 """
 
 from __future__ import annotations

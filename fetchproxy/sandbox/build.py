@@ -1,0 +1,244 @@
+"""Starting the build in the sandbox, from the launcher's side.
+
+A thread of its own joins the sandbox's network namespace and a new PID
+namespace and starts the supervisor (``supervisor.py``), which becomes PID 1
+there; the thread then ends, so the launcher's own threads never change
+namespace. The launcher writes the supervisor's user-namespace maps when asked
+(only a process outside that namespace may write them) and returns once the
+build's ``exec`` has succeeded, or raises :class:`SandboxError` with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import marshal
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import fetchproxy
+from fetchproxy.sandbox import linux
+from fetchproxy.sandbox.mountplan import PRIVATE_DIR_CANDIDATES, MountPlan, plan_mounts
+from fetchproxy.sandbox.netns import in_new_thread
+from fetchproxy.sandbox.supervisor import STEP_EXEC, LineReader, format_message, parse_message
+from fetchproxy.sandbox.support import SandboxError
+
+_HANDSHAKE_TIMEOUT = 60.0
+_PACKAGE_PARENT = str(Path(fetchproxy.__file__).resolve().parent.parent)
+# Imports the supervisor without running fetchproxy's and fetchproxy.sandbox's
+# __init__ modules (and all they import): bare package objects stand in for them.
+_BOOTSTRAP = """\
+import sys, types
+root = sys.argv.pop(1)
+for name in ("fetchproxy", "fetchproxy.sandbox"):
+    package = types.ModuleType(name)
+    package.__path__ = [root + "/" + name.replace(".", "/")]
+    sys.modules[name] = package
+from fetchproxy.sandbox.supervisor import main
+main(sys.argv[1:])
+"""
+
+
+def identity_map(own_map: str) -> str:
+    """A user namespace map that keeps every id this process has, as it is.
+
+    ``own_map`` is this process's /proc/self/uid_map (or gid_map): each line
+    ``inside outside count``; the ids a child namespace can map are the
+    ``inside`` ones.
+    """
+    lines = []
+    for line in own_map.splitlines():
+        fields = line.split()
+        if len(fields) == 3:
+            lines.append(f"{fields[0]} {fields[0]} {fields[2]}\n")
+    return "".join(lines)
+
+
+def private_dirs() -> list[str]:
+    """The directories that get a private tmpfs on this machine (real paths, deduplicated)."""
+    found = []
+    for candidate in PRIVATE_DIR_CANDIDATES:
+        real = os.path.realpath(candidate)
+        if Path(real).is_dir() and real not in found:
+            found.append(real)
+    return found
+
+
+def mount_plan(*, cwd: str, keep: Sequence[str], files: Mapping[str, bytes]) -> MountPlan:
+    resolv_conf = None
+    if os.path.lexists("/etc/resolv.conf"):
+        resolv_conf = os.path.realpath("/etc/resolv.conf")
+    return plan_mounts(
+        private_dirs=private_dirs(),
+        keep=[cwd, *(os.path.realpath(p) for p in keep)],
+        files=files,
+        resolv_conf=resolv_conf,
+        resolv_conf_exists=resolv_conf is not None and Path(resolv_conf).exists(),
+    )
+
+
+class BuildProcess:
+    """A build running in the sandbox; the interface of :class:`subprocess.Popen`'s basics.
+
+    ``pid`` is the supervisor's (PID 1 of the build's PID namespace, as the
+    host sees it). Signals sent with :meth:`send_signal` are passed on to the
+    build; SIGKILL kills the supervisor and with it everything in the sandbox.
+    """
+
+    def __init__(self, process: subprocess.Popen[bytes], control: socket.socket) -> None:
+        self._process = process
+        self._control = control
+        self.pid = process.pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self._process.poll() is None:
+            return None
+        return self._finish()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The build's exit status: its code, or minus the signal that killed it."""
+        self._process.wait(timeout)
+        return self._finish()
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            self._process.send_signal(sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def _finish(self) -> int:
+        if self.returncode is None:
+            # The supervisor has exited: its last words, if any, are in the socket.
+            status = None
+            reader = LineReader(self._control.recv)
+            self._control.setblocking(False)
+            with contextlib.suppress(OSError):
+                while (line := reader.read_line()) is not None:
+                    verb, arguments = parse_message(line)
+                    if verb == "status":
+                        status = int(arguments[0])
+            self._control.close()
+            if status is None:  # the supervisor itself was killed
+                self.returncode = self._process.returncode
+            else:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def _start_supervisor(
+    netns_fd: int, pass_fds: tuple[int, ...], stdio: tuple[int | None, int | None, int | None]
+) -> subprocess.Popen[bytes]:
+    """Start the supervisor as PID 1 of a new PID namespace inside the sandbox's network."""
+
+    def start() -> subprocess.Popen[bytes]:
+        linux.setns(netns_fd, linux.CLONE_NEWNET)
+        linux.unshare(linux.CLONE_NEWPID)  # for this thread's children only
+        command = [sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP, _PACKAGE_PARENT]
+        return subprocess.Popen(
+            [*command, *(str(fd) for fd in pass_fds)],
+            pass_fds=pass_fds,
+            cwd="/",
+            stdin=stdio[0],
+            stdout=stdio[1],
+            stderr=stdio[2],
+        )
+
+    return in_new_thread(start)
+
+
+def _write_maps(pid: int) -> None:
+    for name in ("uid_map", "gid_map"):
+        mapping = identity_map(Path(f"/proc/self/{name}").read_text(encoding="ascii"))
+        # One write(2): the kernel takes a map in a single write only.
+        Path(f"/proc/{pid}/{name}").write_text(mapping, encoding="ascii")
+
+
+def _failure(line: bytes | None, argv: Sequence[str]) -> SandboxError:
+    verb, arguments = parse_message(line) if line is not None else ("", [])
+    if verb != "error" or len(arguments) != 3:
+        return SandboxError(
+            "fetchproxy: the sandbox's supervisor exited during setup without saying why"
+        )
+    errno, step, detail = int(arguments[0]), arguments[1], arguments[2]
+    if step == STEP_EXEC:
+        return SandboxError(
+            f"fetchproxy: cannot run the build command {argv[0]!r} in the sandbox: {detail}",
+            errno=errno,
+        )
+    return SandboxError(
+        f"fetchproxy: cannot set up the sandbox for the build: {detail}", errno=errno
+    )
+
+
+def spawn(
+    netns_fd: int,
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    files: Mapping[str, bytes] | None = None,
+    keep: Sequence[Path] = (),
+    stdin: int | None = None,
+    stdout: int | None = None,
+    stderr: int | None = None,
+) -> BuildProcess:
+    """Run ``argv`` in the sandbox whose network namespace is ``netns_fd``.
+
+    ``stdin``, ``stdout``, ``stderr``: file descriptors for the build; None
+    inherits the launcher's.
+    """
+    if not argv:
+        raise ValueError("the build command is empty")
+    real_cwd = os.path.realpath(cwd if cwd is not None else Path.cwd())
+    plan = mount_plan(cwd=real_cwd, keep=[str(p) for p in keep], files=files or {})
+    config = {"argv": list(argv), "env": dict(env), "cwd": real_cwd, "plan": plan.to_spec()}
+    config_fd = os.memfd_create("fetchproxy-sandbox-config")
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with os.fdopen(os.dup(config_fd), "wb") as f:
+            marshal.dump(config, f)
+        os.lseek(config_fd, 0, os.SEEK_SET)
+        process = _start_supervisor(netns_fd, (child.fileno(), config_fd), (stdin, stdout, stderr))
+    except BaseException:
+        parent.close()
+        raise
+    finally:
+        child.close()
+        os.close(config_fd)
+    try:
+        parent.settimeout(_HANDSHAKE_TIMEOUT)
+        reader = LineReader(parent.recv)
+        try:
+            line = reader.read_line()
+            if line == b"map":
+                _write_maps(process.pid)
+                parent.sendall(format_message("go"))
+                line = reader.read_line()
+        except TimeoutError:
+            raise SandboxError(
+                f"fetchproxy: the sandbox's supervisor (pid {process.pid}) did not finish "
+                f"setting up within {_HANDSHAKE_TIMEOUT:.0f} s"
+            ) from None
+        except OSError as error:
+            raise SandboxError(
+                f"fetchproxy: cannot set up the sandbox's user namespace: {error}",
+                errno=error.errno,
+            ) from error
+        if line != b"running":
+            raise _failure(line, argv)  # noqa: TRY301 - the handler below cleans up, then re-raises
+        parent.settimeout(None)
+    except BaseException:
+        process.kill()
+        process.wait()
+        parent.close()
+        raise
+    return BuildProcess(process, parent)

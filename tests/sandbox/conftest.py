@@ -1,0 +1,138 @@
+"""Fixtures for the sandbox tests: a live :class:`Sandbox`, small Python programs as builds,
+and a census of who still refers to a network namespace."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fetchproxy.sandbox import BuildProcess, Sandbox
+
+IS_ROOT = os.geteuid() == 0
+NOT_ROOT_REASON = "needs root: the sandbox creates network namespaces (CI runs these as root)"
+BUILD_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"}
+LAUNCHER = Path(__file__).with_name("launcher.py")
+
+
+def needs_root() -> None:
+    if not IS_ROOT:
+        pytest.skip(NOT_ROOT_REASON)
+
+
+@pytest.fixture
+def sandbox() -> Iterator[Sandbox]:
+    needs_root()
+    with Sandbox() as live:
+        yield live
+
+
+@dataclass
+class BuildResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        assert self.returncode == 0, self.stderr
+        return json.loads(self.stdout)
+
+
+class Builds:
+    """Runs Python snippets as builds in a sandbox, output captured in files under tmp_path."""
+
+    def __init__(self, sandbox: Sandbox, directory: Path) -> None:
+        self.sandbox = sandbox
+        self.directory = directory
+        self._count = 0
+
+    def start(
+        self, code: str, *args: str, files: Mapping[str, bytes] | None = None
+    ) -> tuple[BuildProcess, Path, Path]:
+        self._count += 1
+        stdout = self.directory / f"build-{self._count}.out"
+        stderr = self.directory / f"build-{self._count}.err"
+        with stdout.open("wb") as out, stderr.open("wb") as err:
+            build = self.sandbox.spawn(
+                [sys.executable, "-I", "-c", code, *args],
+                env=BUILD_ENV,
+                cwd=self.directory,
+                files=files,
+                stdout=out.fileno(),
+                stderr=err.fileno(),
+            )
+        return build, stdout, stderr
+
+    def run(self, code: str, *args: str, files: Mapping[str, bytes] | None = None) -> BuildResult:
+        build, stdout, stderr = self.start(code, *args, files=files)
+        returncode = build.wait(timeout=30)
+        return BuildResult(returncode, stdout.read_text(), stderr.read_text())
+
+
+@pytest.fixture
+def builds(sandbox: Sandbox, tmp_path: Path) -> Builds:
+    return Builds(sandbox, tmp_path)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> float:
+    """Seconds until ``predicate()`` held; fails the test after ``timeout``."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            pytest.fail(f"still not true after {timeout} s: {predicate.__doc__ or predicate}")
+        time.sleep(0.005)
+    return time.monotonic() - start
+
+
+def netns_references(inodes: set[int]) -> list[str]:
+    """Every process, thread and open descriptor on the machine that refers to one of
+    the network namespaces ``inodes`` (a namespace held only by fds has no other trace)."""
+    wanted = {f"net:[{inode}]" for inode in inodes}
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        links = [proc / "ns" / "net"]
+        try:
+            links += [task / "ns" / "net" for task in (proc / "task").iterdir()]
+            links += list((proc / "fd").iterdir())
+        except OSError:  # the process exited meanwhile
+            continue
+        for link in links:
+            try:
+                target = str(link.readlink())
+            except OSError:
+                continue
+            if target in wanted:
+                found.append(f"{link} -> {target}")
+    return found
+
+
+def processes_with(marker: str) -> list[int]:
+    """PIDs of live processes whose command line contains ``marker``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def process_is_gone(pid: int) -> bool:
+    """No such process, or only a zombie waiting for its new parent to reap it."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "State:\tZ" in status

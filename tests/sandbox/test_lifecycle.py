@@ -1,0 +1,216 @@
+"""The build's life: exit status, signals, errors, and nothing left behind, however it ends."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from fetchproxy.sandbox import Sandbox, SandboxError, linux
+from tests.sandbox.conftest import (
+    BUILD_ENV,
+    LAUNCHER,
+    Builds,
+    needs_root,
+    netns_references,
+    process_is_gone,
+    processes_with,
+    wait_for,
+)
+
+pytestmark = pytest.mark.root
+
+# A build that leaves a grandchild behind (tagged with a marker) and then waits.
+LEAVE_A_DAEMON = (
+    "import subprocess, sys, time\n"
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', sys.argv[1]])\n"
+    "print('ready', flush=True)\n"
+    "if sys.argv[2] == 'wait':\n"
+    "    time.sleep(300)\n"
+)
+
+
+def sandbox_inodes(sandbox: Sandbox) -> set[int]:
+    namespaces = sandbox.namespaces
+    return {linux.netns_inode(namespaces.edge_fd), linux.netns_inode(namespaces.sandbox_fd)}
+
+
+def test_exit_codes_and_signals_are_reported_like_subprocess(builds: Builds) -> None:
+    assert builds.run("raise SystemExit(3)").returncode == 3
+    assert builds.run("import os, signal; os.kill(os.getpid(), signal.SIGTERM)").returncode == (
+        -signal.SIGTERM
+    )
+
+
+def test_signals_from_the_launcher_reach_the_build(builds: Builds) -> None:
+    build, stdout, _ = builds.start(
+        "import signal, sys, time\n"
+        "def stop(number, frame):\n"
+        "    print('got', number, flush=True)\n"
+        "    sys.exit(7)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    wait_for(lambda: "ready" in stdout.read_text())
+    assert build.poll() is None
+    build.send_signal(signal.SIGTERM)
+    assert build.wait(timeout=10) == 7
+    assert stdout.read_text() == f"ready\ngot {signal.SIGTERM.value}\n"
+    assert build.poll() == 7
+
+
+def test_an_unknown_command_is_reported_with_its_name(sandbox: Sandbox, tmp_path: Path) -> None:
+    with pytest.raises(SandboxError) as raised:
+        sandbox.spawn(["no-such-command-fetchproxy"], env=BUILD_ENV, cwd=tmp_path)
+    assert str(raised.value) == (
+        "fetchproxy: cannot run the build command 'no-such-command-fetchproxy' in the sandbox: "
+        "No such file or directory"
+    )
+    assert raised.value.errno == errno.ENOENT
+
+
+def test_a_missing_working_directory_is_reported(sandbox: Sandbox, tmp_path: Path) -> None:
+    with pytest.raises(SandboxError) as raised:
+        sandbox.spawn(["true"], env=BUILD_ENV, cwd=tmp_path / "missing")
+    assert str(raised.value) == (
+        f"fetchproxy: cannot set up the sandbox for the build: {tmp_path}/missing: "
+        "No such file or directory"
+    )
+
+
+def test_the_working_directory_and_kept_paths_stay_the_hosts(
+    sandbox: Sandbox, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    elsewhere = tmp_path_factory.mktemp("kept") / "tool.txt"
+    elsewhere.write_text("kept")
+    build = sandbox.spawn(
+        [
+            "sh",
+            "-c",
+            'pwd > from-inside.txt; cat "$1" >> from-inside.txt',
+            "sh",
+            str(elsewhere),
+        ],
+        env=BUILD_ENV,
+        cwd=tmp_path,
+        keep=[elsewhere],
+    )
+    assert build.wait(timeout=10) == 0
+    assert (tmp_path / "from-inside.txt").read_text() == f"{tmp_path}\nkept"
+
+
+def test_nothing_is_left_after_a_normal_exit(sandbox: Sandbox, builds: Builds) -> None:
+    marker = f"fetchproxy-test-{uuid.uuid4()}"
+    result = builds.run(LEAVE_A_DAEMON, marker, "exit")
+    assert (result.returncode, result.stdout) == (0, "ready\n")
+    assert processes_with(marker) == []  # the PID namespace died with the build
+    inodes = sandbox_inodes(sandbox)
+    sandbox.close()
+    assert netns_references(inodes) == []
+
+
+def test_nothing_is_left_after_the_build_is_killed(sandbox: Sandbox, builds: Builds) -> None:
+    marker = f"fetchproxy-test-{uuid.uuid4()}"
+    build, stdout, _ = builds.start(LEAVE_A_DAEMON, marker, "wait")
+    wait_for(lambda: "ready" in stdout.read_text())
+    assert len(processes_with(marker)) == 2  # the build and its daemon
+    build.kill()
+    assert build.wait(timeout=10) == -signal.SIGKILL
+    assert processes_with(marker) == []
+
+
+def test_leaving_the_sandbox_kills_a_running_build(tmp_path: Path) -> None:
+    needs_root()
+    marker = f"fetchproxy-test-{uuid.uuid4()}"
+    with Sandbox() as sandbox:
+        builds = Builds(sandbox, tmp_path)
+        build, stdout, _ = builds.start(LEAVE_A_DAEMON, marker, "wait")
+        wait_for(lambda: "ready" in stdout.read_text())
+        inodes = sandbox_inodes(sandbox)
+    assert build.returncode == -signal.SIGKILL
+    assert processes_with(marker) == []
+    assert netns_references(inodes) == []
+
+
+def test_nothing_is_left_after_the_launcher_is_sigkilled(tmp_path: Path) -> None:
+    needs_root()
+    marker = f"fetchproxy-test-{uuid.uuid4()}"
+    launcher = subprocess.Popen(
+        [
+            *(sys.executable, str(LAUNCHER), "--"),
+            *(sys.executable, "-I", "-c", LEAVE_A_DAEMON, marker, "wait"),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert launcher.stdout is not None
+        info = json.loads(launcher.stdout.readline())
+        wait_for(lambda: len(processes_with(marker)) == 2)
+        inodes = {info["sandbox_netns"], info["edge_netns"]}
+        assert netns_references(inodes) != []
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+
+        def everything_gone() -> bool:
+            """the build, its daemon, the supervisor and both namespaces gone"""
+            return (
+                processes_with(marker) == []
+                and process_is_gone(info["supervisor"])
+                and netns_references(inodes) == []
+            )
+
+        seconds = wait_for(everything_gone, timeout=5)
+    finally:
+        launcher.kill()
+        launcher.wait()
+        launcher.stdout.close()  # type: ignore[union-attr]
+    assert seconds < 1
+
+
+COUNT_SIGINTS = (
+    "import signal, time\n"
+    "received = []\n"
+    "signal.signal(signal.SIGINT, lambda number, frame: received.append(time.monotonic()))\n"
+    "with open('ready', 'w'):\n"
+    "    pass\n"
+    "while not received or time.monotonic() - received[0] < 1.5:\n"
+    "    time.sleep(0.01)\n"
+    "with open('count', 'w') as f:\n"
+    "    f.write(str(len(received)))\n"
+)
+
+
+def test_a_ctrl_c_at_the_terminal_reaches_the_build_once(tmp_path: Path) -> None:
+    """The terminal signals the whole foreground group, launcher included; the launcher
+    passes its SIGINT on, and the supervisor drops that second copy."""
+    needs_root()
+    controller, terminal = os.openpty()
+    launcher = subprocess.Popen(
+        [
+            *("setsid", "--ctty", sys.executable, str(LAUNCHER), "--forward-signals", "--"),
+            *(sys.executable, "-I", "-c", COUNT_SIGINTS),
+        ],
+        cwd=tmp_path,
+        stdin=terminal,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_for((tmp_path / "ready").exists)
+        os.write(controller, b"\x03")  # Ctrl-C
+        assert launcher.wait(timeout=10) == 0
+    finally:
+        launcher.kill()
+        launcher.wait()
+        os.close(controller)
+        os.close(terminal)
+    assert (tmp_path / "count").read_text() == "1"

@@ -1,0 +1,138 @@
+"""`fetchproxy record -- BUILD` and `fetchproxy replay -- BUILD`: curl inside the real sandbox.
+
+The origin listens on the host's loopback at 127.0.0.2 (the build's no_proxy covers only its own
+127.0.0.1), so it is reachable only through the proxy, whose upstream connections are made in
+the host namespace.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the network sandbox needs root (CI is root)"),
+]
+
+BODY = b"payload for the build\n" * 100
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    connections = 0
+
+    def setup(self) -> None:
+        type(self).connections += 1
+        super().setup()
+
+    def do_GET(self) -> None:
+        if self.path != "/file.txt":
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/plain")
+        self.send_header("content-length", str(len(BODY)))
+        self.end_headers()
+        self.wfile.write(BODY)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 -- stdlib signature
+        pass
+
+
+@pytest.fixture
+def origin() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), _Handler)
+    _Handler.connections = 0
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.2:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def fetchproxy(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fetchproxy", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "FETCHPROXY_STORE": str(tmp_path / "store")},
+    )
+
+
+def namespaces_and_veths() -> tuple[str, str]:
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True)
+    return netns.stdout, "\n".join(line for line in links.stdout.splitlines() if "veth" in line)
+
+
+def test_record_then_replay_through_the_sandbox(tmp_path: Path, origin: str) -> None:
+    before = namespaces_and_veths()
+    build = (
+        f"curl -sSf -o got.txt {origin}/file.txt && "
+        f"curl -sS --noproxy '*' --max-time 5 {origin}/file.txt; echo direct=$?"
+    )
+    recorded = fetchproxy(tmp_path, "record", "--", "sh", "-c", build)
+    assert recorded.returncode == 0, recorded.stderr
+    assert (tmp_path / "got.txt").read_bytes() == BODY
+    # Without the proxy, the build has no route to the host at all: curl exit 7, at once.
+    assert "direct=7" in recorded.stdout
+    assert "fetchproxy: recorded 1 fetch (2.1 KiB) into fetchproxy.lock.toml" in recorded.stderr
+    assert _Handler.connections == 1  # the proxy's upstream connection, from the host netns
+    lock = (tmp_path / "fetchproxy.lock.toml").read_text()
+    assert f'url = "{origin}/file.txt"' in lock
+
+    (tmp_path / "got.txt").unlink()
+    _Handler.connections = 0
+    replayed = fetchproxy(
+        tmp_path, "replay", "--", "curl", "-sSf", "-o", "got.txt", f"{origin}/file.txt"
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    assert (tmp_path / "got.txt").read_bytes() == BODY
+    assert _Handler.connections == 0  # replay never contacts the origin
+    assert namespaces_and_veths() == before
+
+
+def test_replay_refuses_what_the_lock_lacks_and_exits_3(tmp_path: Path, origin: str) -> None:
+    assert (
+        fetchproxy(tmp_path, "record", "--", "curl", "-sSf", f"{origin}/file.txt").returncode == 0
+    )
+    replayed = fetchproxy(
+        tmp_path, "replay", "--", "sh", "-c", f"curl -sS {origin}/other.txt; true"
+    )
+    assert replayed.returncode == 3
+    assert f"fetchproxy: refused GET {origin}/other.txt: not in the lock" in replayed.stdout
+    assert "replay refused 1 request(s): it is not hermetic (exit status 3)" in replayed.stderr
+    events = (tmp_path / "fetchproxy.lock.log.jsonl").read_text()
+    assert '"reason": "not-in-lock"' in events
+    assert f'"nearest": {{"method": "GET", "url": "{origin}/file.txt"}}' in events
+
+
+def test_the_builds_own_failure_is_the_exit_status(tmp_path: Path) -> None:
+    result = fetchproxy(tmp_path, "record", "--", "sh", "-c", "exit 5")
+    assert result.returncode == 5
+
+
+def test_bad_lock_is_exit_2_naming_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "fetchproxy.lock.toml").write_text("version = 7\n")
+    result = fetchproxy(tmp_path, "replay", "--", "true")
+    assert result.returncode == 2
+    assert "fetchproxy.lock.toml:1: version: unknown lock version 7" in result.stderr
+
+
+def test_a_build_is_required(tmp_path: Path) -> None:
+    result = fetchproxy(tmp_path, "record")
+    assert result.returncode == 2
+    assert "needs a build: fetchproxy record -- BUILD..." in result.stderr

@@ -166,7 +166,8 @@ class Replay:
         request.path = self.blobs.path_for(fetch.digest, start, end)
         request.headers = http.Headers(host=f"{self.blobs.host}:{self.blobs.port}")
         # An HTTP/2 client's request has an :authority, with which mitmproxy would send the
-        # HTTP/1 request line in absolute form ("GET http://..."): the blob server wants origin form.
+        # HTTP/1 request line in absolute form ("GET http://..."); the blob server wants the
+        # origin form.
         request.authority = ""
         request.content = b""
         request.http_version = "HTTP/1.1"

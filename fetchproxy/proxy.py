@@ -27,6 +27,7 @@ from addons.lifecycle import Address, Lifecycle
 from addons.record import Record
 from addons.replay import Replay
 from fetchproxy.atomicfile import write_atomic
+from fetchproxy.digest import digest_bytes, hex_of
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.store import Store
 
@@ -91,8 +92,11 @@ def upstream_trust_bundle(confdir: Path, extra: Sequence[Path]) -> Path:
             parts.append(path.read_bytes())
         except OSError as exc:
             raise ProxyStartError(f"{path}: cannot read --upstream-ca: {exc.strerror}") from None
-    bundle = confdir / "upstream-trust.pem"
-    write_atomic(bundle, b"\n".join(parts))
+    data = b"\n".join(parts)
+    # Named by content: mitmproxy caches its upstream TLS context by file name (lru_cache), and
+    # two runs with different bundles may share a confdir (several `serve` processes, tests).
+    bundle = confdir / f"upstream-trust-{hex_of(digest_bytes(data))[:16]}.pem"
+    write_atomic(bundle, data)
     return bundle
 
 
@@ -120,6 +124,7 @@ class ProxyRun:
         prefix = s.mode
         mitm_log = logging.getLogger("mitmproxy")
         mitm_log.addHandler(self._errors)
+        mitm_log.propagate = False  # startup errors end up in ProxyStartError, said once
         try:
             opts.update(
                 listen_host=s.listen_host,
@@ -137,21 +142,41 @@ class ProxyRun:
             )
         except exceptions.OptionsError as exc:
             mitm_log.removeHandler(self._errors)
-            raise ProxyStartError(str(exc)) from None
+            mitm_log.propagate = True
+            # On an OptionsError mitmproxy rolls the options back and configures the addons
+            # again with the old values; an error from that second round (say, about the
+            # default lock path) hides the real one, which is its __context__.
+            first: BaseException = exc
+            cause: BaseException | None = exc
+            while cause is not None:
+                if isinstance(cause, exceptions.OptionsError):
+                    first = cause
+                cause = cause.__context__
+            raise ProxyStartError(str(first)) from None
         loop = asyncio.get_running_loop()
         listening: asyncio.Future[list[Address]] = loop.create_future()
         self.lifecycle.listening = listening
         self._task = asyncio.create_task(self._master.run())
         waiters: set[asyncio.Future[Any]] = {self._task, listening}
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        mitm_log.removeHandler(self._errors)
         if listening.done() and not self._errors.messages:
+            mitm_log.removeHandler(self._errors)
+            mitm_log.propagate = True
             self.addresses = listening.result()
             if self.addresses:
                 return self.addresses
         await self.stop()
-        reasons = "; ".join(self._errors.messages) or "mitmproxy stopped while starting"
-        raise ProxyStartError(f"cannot listen on {s.listen_host}:{s.listen_port}: {reasons}")
+        mitm_log.removeHandler(self._errors)
+        mitm_log.propagate = True
+        # mitmproxy's messages end in hints about its own options (`--mode ...`): first lines only
+        reasons = "; ".join(m.splitlines()[0] for m in self._errors.messages if m.strip())
+        hint = ""
+        if "address already in use" in reasons:
+            hint = " — another program listens there; choose another port (0 picks a free one)"
+        raise ProxyStartError(
+            f"cannot listen on {s.listen_host}:{s.listen_port}: "
+            f"{reasons or 'mitmproxy stopped while starting'}{hint}"
+        )
 
     async def stop(self) -> None:
         """Close the listeners, let fetches in flight finish (record), then shut down."""

@@ -153,7 +153,7 @@ class TestStoreConformance:
         actual = digest_bytes(damaged)
         assert str(caught.value) == (
             f"corrupt blob in {where(store, digest)}: expected {digest}, got {actual}; "
-            f"it was not served. Delete it and record again — {HINT}"
+            f"it will not be served. Delete it and record again — {HINT}"
         )
         assert (caught.value.expected, caught.value.actual) == (digest, actual)
         assert caught.value.path == store.blob_path(digest)
@@ -371,23 +371,57 @@ def test_write_protocol_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     ]
 
 
-def test_existing_blob_is_not_rewritten(tmp_path: Path) -> None:
+def test_existing_blob_is_kept_and_touched_not_rewritten(tmp_path: Path) -> None:
     store = DiskStore(tmp_path / "store")
     path = store.blob_path(store.put(BODY))
-    before = path.stat()
-    time.sleep(0.01)
+    os.utime(path, (1_000_000, 1_000_000))  # last used long ago
+    inode = path.stat().st_ino
     with store.writer() as writer:
         writer.update(BODY)
         temp = writer.temp_path
         assert temp.exists()
         writer.commit()
     after = path.stat()
-    assert (after.st_ino, after.st_mtime_ns, after.st_nlink) == (
-        before.st_ino,
-        before.st_mtime_ns,
-        1,
-    )
+    assert (after.st_ino, after.st_nlink, stat.S_IMODE(after.st_mode)) == (inode, 1, 0o444)
+    assert abs(after.st_mtime - time.time()) < 60  # garbage collection sees it in use
+    assert path.read_bytes() == BODY
     assert not temp.exists()
+
+
+def test_blob_removed_between_link_and_touch_is_published_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DiskStore(tmp_path / "store")
+    path = store.blob_path(store.put(BODY))
+    old_inode = path.stat().st_ino
+    real_utime = os.utime
+
+    def gc_strikes_first(target: Path, *args: Any, **kwargs: Any) -> None:
+        monkeypatch.setattr(os, "utime", real_utime)
+        Path(target).unlink()  # a gc takes the blob away right after our link failed
+        real_utime(target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "utime", gc_strikes_first)
+    assert store.put(BODY) == BODY_DIGEST
+    assert path.stat().st_ino != old_inode  # this writer's copy
+    store.verify(BODY_DIGEST)
+    assert store.temp_files() == []
+
+
+def test_existing_blob_of_another_owner_is_kept_untouched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DiskStore(tmp_path / "store")
+    path = store.blob_path(store.put(BODY))
+
+    def not_yours(target: Path, *args: Any, **kwargs: Any) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted", str(target))
+
+    monkeypatch.setattr(os, "utime", not_yours)
+    inode = path.stat().st_ino
+    assert store.put(BODY) == BODY_DIGEST
+    assert path.stat().st_ino == inode
+    assert store.temp_files() == []
 
 
 def test_temp_files_live_apart_and_are_listed_for_gc(tmp_path: Path) -> None:

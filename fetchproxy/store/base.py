@@ -56,7 +56,7 @@ class CorruptBlobError(StoreError):
         """A blob in the store whose bytes changed after it was written."""
         where = str(path) if path is not None else "the in-memory store"
         return cls(
-            f"corrupt blob in {where}: expected {expected}, got {actual}; it was not served. "
+            f"corrupt blob in {where}: expected {expected}, got {actual}; it will not be served. "
             f"Delete it and record again — {_VERIFY_HINT}",
             expected=expected,
             actual=actual,

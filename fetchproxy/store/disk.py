@@ -4,9 +4,10 @@ Write protocol: stream into an exclusive temp file in ``<root>/tmp/`` while
 hashing (large bodies are flushed, and dropped from the page cache, in the
 background as they arrive); on commit ``fsync`` it, make it read-only (0o444),
 hard-link it to its final name — which fails if the blob already exists, so an
-existing blob is never rewritten — remove the temp name and ``fsync`` the
-directory. Readers and listings never look in ``tmp/``, so a crash leaves at
-worst a temp file for garbage collection.
+existing blob is never rewritten, only its mtime refreshed for garbage
+collection — remove the temp name and ``fsync`` the directory. Readers and
+listings never look in ``tmp/``, so a crash leaves at worst a temp file for
+garbage collection.
 """
 
 from __future__ import annotations
@@ -71,6 +72,21 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _touch(blob: Path) -> bool:
+    """Refresh an existing blob's mtime, the sign of use garbage collection honours.
+
+    ``False`` if the blob vanished meanwhile. A blob someone else owns (a shared
+    store) cannot be touched; it is kept as it is.
+    """
+    try:
+        os.utime(blob, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def _ensure_dir(path: Path) -> None:
@@ -272,19 +288,30 @@ class DiskBlobWriter(BlobWriter):
             raise _store_error(f"store blob {digest} at {target}", exc) from exc
 
     def _link(self, target: Path) -> bool:
-        """Give the temp file its final name unless taken; whether this writer did."""
-        try:
-            os.link(self.temp_path, target)
-        except FileExistsError:
-            linked = False
-        except OSError as exc:
-            if exc.errno not in _NO_HARD_LINKS:
-                raise
-            linked = not target.exists()
-            if linked:
-                self.temp_path.replace(target)
+        """Give the temp file its final name unless taken; whether this writer did.
+
+        A blob that already exists is kept and touched instead (see ``_touch``).
+        """
+        for _attempt in range(3):
+            try:
+                os.link(self.temp_path, target)
+            except FileExistsError:
+                if _touch(target):
+                    linked = False
+                    break
+                # removed between the link and the touch (a gc): try to publish ours
+            except OSError as exc:
+                if exc.errno not in _NO_HARD_LINKS:
+                    raise
+                linked = not (target.exists() and _touch(target))
+                if linked:
+                    self.temp_path.replace(target)
+                break
+            else:
+                linked = True
+                break
         else:
-            linked = True
+            raise OSError(errno.EEXIST, "the blob keeps appearing and vanishing", str(target))
         self.temp_path.unlink(missing_ok=True)
         return linked
 

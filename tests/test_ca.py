@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import datetime
+import os
 import socket
 import ssl
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fetchproxy import cli
 from fetchproxy.ca import (
     CERT_FILE,
     MITMPROXY_CA_FILE,
@@ -104,12 +106,24 @@ def test_a_persistent_ca_that_cannot_be_made_says_where(tmp_path: Path) -> None:
     assert str(failed.value).startswith(f"{blocker / 'ca'}: cannot set up fetchproxy's CA: ")
 
 
-def test_ca_path_prints_the_certificate_path(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
-    assert cli.main(["ca", "path"]) == 0
-    assert capsys.readouterr().out == f"{tmp_path}/fetchproxy/ca/{CERT_FILE}\n"
+def test_ca_path_prints_the_certificate_path(tmp_path: Path) -> None:
+    # a subprocess: the CLI sets up logging on the root logger, which would outlive this test
+    environ = {k: v for k, v in os.environ.items() if k != "XDG_DATA_HOME"}
+    done = subprocess.run(
+        [sys.executable, "-m", "fetchproxy", "ca", "path"],
+        capture_output=True,
+        text=True,
+        env={**environ, "XDG_DATA_HOME": str(tmp_path)},
+        timeout=60,
+        check=False,
+    )
+    cert_path = tmp_path / "fetchproxy" / "ca" / CERT_FILE
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"{cert_path}\n", "")
+    assert (
+        x509.load_pem_x509_certificate(cert_path.read_bytes())
+        .extensions.get_extension_for_class(x509.BasicConstraints)
+        .value.ca
+    )
 
 
 def test_mitmproxy_signs_with_our_ca(paths: Paths, start_proxy: StartProxy) -> None:

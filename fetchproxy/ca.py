@@ -12,6 +12,7 @@ certificate alone is written beside it as ``fetchproxy-ca.pem`` for clients.
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -53,6 +54,48 @@ class CertificateAuthority:
         cert_path = directory / CERT_FILE
         write_atomic(cert_path, self.cert_pem, mode=0o644)
         return cert_path
+
+    def issue_server_certificate(
+        self, hosts: list[str], *, lifetime: datetime.timedelta = _EPHEMERAL_LIFETIME
+    ) -> tuple[bytes, bytes]:
+        """A server certificate for ``hosts`` (names or IP addresses): (cert PEM, key PEM)."""
+        ca_key = serialization.load_pem_private_key(self.key_pem, password=None)
+        assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+        ca_cert = x509.load_pem_x509_certificate(self.cert_pem)
+        key = ec.generate_private_key(ec.SECP256R1())
+        names: list[x509.GeneralName] = []
+        for host in hosts:
+            try:
+                names.append(x509.IPAddress(ipaddress.ip_address(host)))
+            except ValueError:
+                names.append(x509.DNSName(host))
+        now = datetime.datetime.now(datetime.UTC)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + lifetime)
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .add_extension(
+                x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+            )
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                critical=False,
+            )
+            .sign(ca_key, hashes.SHA256())
+        )
+        return (
+            cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            ),
+        )
 
 
 def generate_ca(

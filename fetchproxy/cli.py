@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from fetchproxy.cli_lock_store import add_lock_diff_parser, add_store_parser
 from fetchproxy.errors import FetchproxyError
 
 DEFAULT_LOCK = "fetchproxy.lock.toml"
@@ -24,8 +25,20 @@ class _Formatter(logging.Formatter):
         return f"fetchproxy: {level}{record.getMessage()}"
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time, not the one it was made with."""
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        pass
+
+
 def _setup_logging() -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(_Formatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
@@ -111,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to listen (default 127.0.0.1:8080; port 0 picks a free one)",
     )
 
+    demo = commands.add_parser(
+        "demo", help="the whole story on embedded defaults: record, replay, refuse, review"
+    )
+    demo.add_argument(
+        "--dir", type=Path, default=None, help="work (and keep the results) here, not in a temp dir"
+    )
+
     ca = commands.add_parser("ca", help="fetchproxy's certificate authority")
     ca_commands = ca.add_subparsers(dest="ca_command", required=True, metavar="COMMAND")
     ca_commands.add_parser("path", help="print the path of the CA certificate clients must trust")
@@ -130,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
         "recover", help="write the lock from the journal of an interrupted record"
     )
     _add_lock(recover)
+    add_lock_diff_parser(lock_commands)
+    add_store_parser(commands)
     return parser
 
 
@@ -147,12 +169,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from fetchproxy import commands  # noqa: PLC0415 -- keeps `--help` fast
+    from fetchproxy import cli_lock_store, commands  # noqa: PLC0415 -- keeps `--help` fast
 
     if args.command in ("record", "replay"):
         return commands.run(args)
     if args.command == "serve":
         return commands.serve(args)
+    if args.command == "store":
+        return cli_lock_store.run_store(args)
+    if args.command == "demo":
+        from fetchproxy.demo import run_demo  # noqa: PLC0415
+
+        return run_demo(args.dir)
     if args.command == "ca":
         return commands.ca_path()
     if args.command == "lock":
@@ -160,6 +188,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             "verify": commands.lock_verify,
             "fmt": commands.lock_fmt,
             "recover": commands.lock_recover,
+            "diff": cli_lock_store.run_lock_diff,
+            "show": cli_lock_store.run_lock_show,
         }[args.lock_command]
         return handler(args)
     raise AssertionError(f"unhandled command {args.command}")

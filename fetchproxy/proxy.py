@@ -29,6 +29,7 @@ from addons.replay import Replay
 from fetchproxy.atomicfile import write_atomic
 from fetchproxy.digest import digest_bytes, hex_of
 from fetchproxy.errors import FetchproxyError
+from fetchproxy.journal import journal_path
 from fetchproxy.store import Store
 
 Mode = Literal["record", "replay"]
@@ -118,6 +119,13 @@ class ProxyRun:
 
     async def start(self) -> list[Address]:
         s = self.settings
+        journal = journal_path(s.lock)
+        if s.mode == "record" and journal.exists():
+            raise ProxyStartError(
+                f"{journal}: an interrupted record left this journal; run "
+                f"`fetchproxy lock recover --lock {s.lock}` to keep what it fetched, "
+                "or delete it to start afresh"
+            )
         opts = options.Options()
         self._master = master.Master(opts)
         self._master.addons.add(self.lifecycle, *default_addons(), self.addon)

@@ -82,7 +82,7 @@ def mount_plan(*, cwd: str, keep: Sequence[str], files: Mapping[str, bytes]) -> 
 
 
 class BuildProcess:
-    """A build running in the sandbox; the interface of :class:`subprocess.Popen`'s basics.
+    """A build running in the sandbox, used like a :class:`subprocess.Popen`.
 
     ``pid`` is the supervisor's (PID 1 of the build's PID namespace, as the
     host sees it). Signals sent with :meth:`send_signal` are passed on to the
@@ -199,7 +199,10 @@ def spawn(
     if not argv:
         raise ValueError("the build command is empty")
     real_cwd = os.path.realpath(cwd if cwd is not None else Path.cwd())
-    plan = mount_plan(cwd=real_cwd, keep=[str(p) for p in keep], files=files or {})
+    try:
+        plan = mount_plan(cwd=real_cwd, keep=[str(p) for p in keep], files=files or {})
+    except ValueError as error:
+        raise SandboxError(f"fetchproxy: cannot run the build in the sandbox: {error}") from error
     config = {"argv": list(argv), "env": dict(env), "cwd": real_cwd, "plan": plan.to_spec()}
     config_fd = os.memfd_create("fetchproxy-sandbox-config")
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -215,30 +218,36 @@ def spawn(
         child.close()
         os.close(config_fd)
     try:
-        parent.settimeout(_HANDSHAKE_TIMEOUT)
-        reader = LineReader(parent.recv)
-        try:
-            line = reader.read_line()
-            if line == b"map":
-                _write_maps(process.pid)
-                parent.sendall(format_message("go"))
-                line = reader.read_line()
-        except TimeoutError:
-            raise SandboxError(
-                f"fetchproxy: the sandbox's supervisor (pid {process.pid}) did not finish "
-                f"setting up within {_HANDSHAKE_TIMEOUT:.0f} s"
-            ) from None
-        except OSError as error:
-            raise SandboxError(
-                f"fetchproxy: cannot set up the sandbox's user namespace: {error}",
-                errno=error.errno,
-            ) from error
-        if line != b"running":
-            raise _failure(line, argv)  # noqa: TRY301 - the handler below cleans up, then re-raises
-        parent.settimeout(None)
+        _handshake(process, parent, argv)
     except BaseException:
         process.kill()
         process.wait()
         parent.close()
         raise
     return BuildProcess(process, parent)
+
+
+def _handshake(
+    process: subprocess.Popen[bytes], control: socket.socket, argv: Sequence[str]
+) -> None:
+    """Write the maps when the supervisor asks; return once the build runs, else raise."""
+    control.settimeout(_HANDSHAKE_TIMEOUT)
+    reader = LineReader(control.recv)
+    try:
+        line = reader.read_line()
+        if line == b"map":
+            _write_maps(process.pid)
+            control.sendall(format_message("go"))
+            line = reader.read_line()
+    except TimeoutError:
+        raise SandboxError(
+            f"fetchproxy: the sandbox's supervisor (pid {process.pid}) did not finish "
+            f"setting up within {_HANDSHAKE_TIMEOUT:.0f} s"
+        ) from None
+    except OSError as error:
+        raise SandboxError(
+            f"fetchproxy: cannot set up the sandbox's user namespace: {error}", errno=error.errno
+        ) from error
+    if line != b"running":
+        raise _failure(line, argv)
+    control.settimeout(None)

@@ -123,6 +123,13 @@ def plan_mounts(
         Tmpfs(path=d, mode=_ROOT_ONLY_WRITABLE if d == "/run" else _STICKY_WORLD_WRITABLE)
         for d in outermost
     )
+    for path in keep:
+        if path in private_dirs:
+            raise ValueError(
+                f"the working directory (or a kept path) is {path}, which the sandbox makes "
+                f"private; keeping it would hand the build the host's {path}. Run the build "
+                "from a directory of its own"
+            )
     covered = [p for p in sorted(set(keep)) if any(is_under(p, d) for d in private_dirs)]
     # A kept directory brings its subtree along: bind only the outermost ones.
     kept = tuple(p for p in covered if not any(q != p and is_under(p, q) for q in covered))

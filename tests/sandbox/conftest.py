@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import struct
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -14,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from fetchproxy.sandbox import BuildProcess, Sandbox
+from fetchproxy.sandbox import BuildProcess, Sandbox, linux, rtnetlink
+from fetchproxy.sandbox.netns import in_new_thread
 
 IS_ROOT = os.geteuid() == 0
 NOT_ROOT_REASON = "needs root: the sandbox creates network namespaces (CI runs these as root)"
@@ -136,3 +139,59 @@ def process_is_gone(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return "State:\tZ" in status
+
+
+class NamespaceWatch:
+    """Sees network namespaces die, from a namespace of its own: a namespace that gets an
+    id for them there hears RTM_DELNSID when the kernel destroys one. Holds no reference."""
+
+    _RTNLGRP_NSID = 28
+    _SOL_NETLINK = 270
+    _NETLINK_ADD_MEMBERSHIP = 1
+    _NETNSA_NSID = 1
+    _NETNSA_FD = 3
+    _RTM_NEWNSID = 88
+    _RTM_DELNSID = 89
+
+    def __init__(self, netns_fds: list[int]) -> None:
+        def observer() -> socket.socket:
+            linux.unshare(linux.CLONE_NEWNET)
+            return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, rtnetlink.NETLINK_ROUTE)
+
+        self._socket = in_new_thread(observer)
+        self._socket.bind((0, 0))
+        self._socket.setsockopt(self._SOL_NETLINK, self._NETLINK_ADD_MEMBERSHIP, self._RTNLGRP_NSID)
+        self.alive = set()
+        for nsid, fd in enumerate(netns_fds, start=1):
+            body = (
+                b"\0\0\0\0"  # struct rtgenmsg, padded
+                + rtnetlink.attribute(self._NETNSA_NSID, struct.pack("=i", nsid))
+                + rtnetlink.attribute(self._NETNSA_FD, struct.pack("=I", fd))
+            )
+            flags = rtnetlink.NLM_F_REQUEST | rtnetlink.NLM_F_ACK
+            self._socket.send(rtnetlink.message(self._RTM_NEWNSID, flags, 100 + nsid, body))
+            self.alive.add(nsid)
+
+    def wait_until_destroyed(self, timeout: float = 5.0) -> float:
+        """Seconds until every watched namespace was destroyed; fails after ``timeout``."""
+        start = time.monotonic()
+        self._socket.settimeout(timeout)
+        try:
+            while self.alive:
+                data = self._socket.recv(65536)
+                offset = 0
+                while offset + 16 <= len(data):
+                    length, kind = struct.unpack_from("=IH", data, offset)
+                    if kind == self._RTM_DELNSID:
+                        found = rtnetlink.attributes(data[offset + 20 : offset + length])
+                        (nsid,) = struct.unpack("=i", found[self._NETNSA_NSID])
+                        self.alive.discard(nsid)
+                    elif kind == rtnetlink.NLMSG_ERROR:
+                        (error,) = struct.unpack_from("=i", data, offset + 16)
+                        assert error == 0, os.strerror(-error)
+                    offset += (length + 3) & ~3
+        except TimeoutError:
+            pytest.fail(f"network namespaces {sorted(self.alive)} still exist after {timeout} s")
+        finally:
+            self._socket.close()
+        return time.monotonic() - start

@@ -2,8 +2,8 @@
 
     python launcher.py [--bind-host-netns PATH] [--forward-signals] -- COMMAND...
 
-Prints one JSON line once the build runs (the supervisor's PID and the
-namespaces' inodes), then waits for the build and exits with its status.
+Prints one JSON line once the build runs (the supervisor's PID, the
+namespaces' inodes and descriptors), then waits for the build and exits with its status.
 ``--bind-host-netns`` first moves this process into a private mount namespace
 and bind-mounts the host's network namespace at PATH (as ``ip netns add``
 would), so that a build can be handed a real handle to the host's network.
@@ -53,6 +53,7 @@ def main() -> int:
             "supervisor": build.pid,
             "sandbox_netns": linux.netns_inode(namespaces.sandbox_fd),
             "edge_netns": linux.netns_inode(namespaces.edge_fd),
+            "fds": [namespaces.sandbox_fd, namespaces.edge_fd],
         }
         print(json.dumps(info), flush=True)
         returncode = build.wait()

@@ -18,6 +18,7 @@ from tests.sandbox.conftest import (
     BUILD_ENV,
     LAUNCHER,
     Builds,
+    NamespaceWatch,
     needs_root,
     netns_references,
     process_is_gone,
@@ -42,6 +43,10 @@ def sandbox_inodes(sandbox: Sandbox) -> set[int]:
     return {linux.netns_inode(namespaces.edge_fd), linux.netns_inode(namespaces.sandbox_fd)}
 
 
+def watch(sandbox: Sandbox) -> NamespaceWatch:
+    return NamespaceWatch([sandbox.namespaces.edge_fd, sandbox.namespaces.sandbox_fd])
+
+
 def test_exit_codes_and_signals_are_reported_like_subprocess(builds: Builds) -> None:
     assert builds.run("raise SystemExit(3)").returncode == 3
     assert builds.run("import os, signal; os.kill(os.getpid(), signal.SIGTERM)").returncode == (
@@ -50,19 +55,18 @@ def test_exit_codes_and_signals_are_reported_like_subprocess(builds: Builds) -> 
 
 
 def test_signals_from_the_launcher_reach_the_build(builds: Builds) -> None:
-    build, stdout, _ = builds.start(
-        "import signal, sys, time\n"
-        "def stop(number, frame):\n"
-        "    print('got', number, flush=True)\n"
-        "    sys.exit(7)\n"
-        "signal.signal(signal.SIGTERM, stop)\n"
+    # sigwait, not a handler: a handler's print can race the main thread's own print.
+    build, stdout, stderr = builds.start(
+        "import signal, sys\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
         "print('ready', flush=True)\n"
-        "time.sleep(30)\n"
+        "print('got', int(signal.sigwait({signal.SIGTERM})), flush=True)\n"
+        "sys.exit(7)\n"
     )
     wait_for(lambda: "ready" in stdout.read_text())
     assert build.poll() is None
     build.send_signal(signal.SIGTERM)
-    assert build.wait(timeout=10) == 7
+    assert build.wait(timeout=10) == 7, stderr.read_text()
     assert stdout.read_text() == f"ready\ngot {signal.SIGTERM.value}\n"
     assert build.poll() == 7
 
@@ -113,8 +117,10 @@ def test_nothing_is_left_after_a_normal_exit(sandbox: Sandbox, builds: Builds) -
     assert (result.returncode, result.stdout) == (0, "ready\n")
     assert processes_with(marker) == []  # the PID namespace died with the build
     inodes = sandbox_inodes(sandbox)
+    watching = watch(sandbox)
     sandbox.close()
     assert netns_references(inodes) == []
+    assert watching.wait_until_destroyed() < 1
 
 
 def test_nothing_is_left_after_the_build_is_killed(sandbox: Sandbox, builds: Builds) -> None:
@@ -135,9 +141,11 @@ def test_leaving_the_sandbox_kills_a_running_build(tmp_path: Path) -> None:
         build, stdout, _ = builds.start(LEAVE_A_DAEMON, marker, "wait")
         wait_for(lambda: "ready" in stdout.read_text())
         inodes = sandbox_inodes(sandbox)
+        watching = watch(sandbox)
     assert build.returncode == -signal.SIGKILL
     assert processes_with(marker) == []
     assert netns_references(inodes) == []
+    assert watching.wait_until_destroyed() < 1
 
 
 def test_nothing_is_left_after_the_launcher_is_sigkilled(tmp_path: Path) -> None:
@@ -158,6 +166,10 @@ def test_nothing_is_left_after_the_launcher_is_sigkilled(tmp_path: Path) -> None
         wait_for(lambda: len(processes_with(marker)) == 2)
         inodes = {info["sandbox_netns"], info["edge_netns"]}
         assert netns_references(inodes) != []
+        handles = [os.open(f"/proc/{launcher.pid}/fd/{fd}", os.O_RDONLY) for fd in info["fds"]]
+        watching = NamespaceWatch(handles)
+        for handle in handles:
+            os.close(handle)
         launcher.send_signal(signal.SIGKILL)
         launcher.wait()
 
@@ -170,11 +182,13 @@ def test_nothing_is_left_after_the_launcher_is_sigkilled(tmp_path: Path) -> None
             )
 
         seconds = wait_for(everything_gone, timeout=5)
+        destroyed = watching.wait_until_destroyed()
     finally:
         launcher.kill()
         launcher.wait()
         launcher.stdout.close()  # type: ignore[union-attr]
     assert seconds < 1
+    assert destroyed < 1
 
 
 COUNT_SIGINTS = (
@@ -214,3 +228,13 @@ def test_a_ctrl_c_at_the_terminal_reaches_the_build_once(tmp_path: Path) -> None
         os.close(controller)
         os.close(terminal)
     assert (tmp_path / "count").read_text() == "1"
+
+
+def test_a_build_run_from_tmp_itself_is_refused(sandbox: Sandbox) -> None:
+    with pytest.raises(SandboxError) as raised:
+        sandbox.spawn(["true"], env=BUILD_ENV, cwd=Path("/tmp"))
+    assert str(raised.value) == (
+        "fetchproxy: cannot run the build in the sandbox: the working directory (or a kept "
+        "path) is /tmp, which the sandbox makes private; keeping it would hand the build the "
+        "host's /tmp. Run the build from a directory of its own"
+    )

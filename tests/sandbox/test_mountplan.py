@@ -110,3 +110,13 @@ def test_run_must_be_private() -> None:
         plan_mounts(
             private_dirs=["/tmp"], keep=(), files={}, resolv_conf=None, resolv_conf_exists=False
         )
+
+
+def test_a_private_directory_itself_cannot_be_kept() -> None:
+    with pytest.raises(ValueError, match="makes private") as raised:
+        plan(keep=("/tmp",))
+    assert str(raised.value) == (
+        "the working directory (or a kept path) is /tmp, which the sandbox makes private; "
+        "keeping it would hand the build the host's /tmp. Run the build from a directory of "
+        "its own"
+    )

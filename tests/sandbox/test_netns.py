@@ -14,7 +14,7 @@ import pytest
 
 from fetchproxy.sandbox import Sandbox, linux
 from fetchproxy.sandbox.netns import NetworkNamespaces
-from tests.sandbox.conftest import needs_root, netns_references
+from tests.sandbox.conftest import NamespaceWatch, needs_root, netns_references
 
 pytestmark = pytest.mark.root
 
@@ -106,8 +106,10 @@ def test_the_namespaces_are_held_only_by_descriptors() -> None:
             f"/proc/{os.getpid()}/fd/{namespaces.edge_fd}",
             f"/proc/{os.getpid()}/fd/{namespaces.sandbox_fd}",
         }
+        watch = NamespaceWatch([namespaces.edge_fd, namespaces.sandbox_fd])
     assert listener.fileno() == -1  # closed with the sandbox: it held the edge
     assert netns_references(inodes) == []
+    assert watch.wait_until_destroyed() < 1  # and the kernel deleted them, veth and all
     assert linux.netns_inode() == host
 
 

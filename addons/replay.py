@@ -9,18 +9,15 @@ fetchproxy's own loopback blob server, which streams large bodies (see
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections import OrderedDict
 from pathlib import Path
 
 from mitmproxy import addonmanager, ctx, exceptions, http, tcp, udp
 from mitmproxy.proxy import server_hooks
 
 from addons import flows
-from fetchproxy.blobserver import BlobServer
-from fetchproxy.digest import Digest
-from fetchproxy.eventlog import EventLog, default_log_path
+from addons.answers import LockAnswers
+from fetchproxy.eventlog import EventLog, default_log_path, key_fields
 from fetchproxy.lock import Fetch, Lock
 from fetchproxy.lockfile import LockFileError, load_lock
 from fetchproxy.normalize import DEFAULT_SECRET_PARAMS, InvalidURLError, RequestKey
@@ -29,7 +26,6 @@ from fetchproxy.replaying import (
     NOT_HTTP,
     NOT_IN_LOCK,
     Answer,
-    answer_for,
     nearest,
     refusal,
     refusal_text,
@@ -42,10 +38,6 @@ from fetchproxy.store import (
 )
 
 logger = logging.getLogger("fetchproxy.replay")
-
-SMALL_BODY = 256 * 1024
-"""Bodies up to this size are answered from memory; larger ones stream via the blob server."""
-_CACHE_BYTES = 64 * 1024 * 1024
 
 
 class ReplayStats:
@@ -70,10 +62,7 @@ class Replay:
         self.secret_params = DEFAULT_SECRET_PARAMS
         self.used: set[RequestKey] = set()
         self.refused: list[RequestKey] = []
-        self.blobs: BlobServer | None = None
-        self._verified: set[Digest] = set()
-        self._cache: OrderedDict[Digest, bytes] = OrderedDict()
-        self._cache_size = 0
+        self.answers: LockAnswers | None = None
 
     def load(self, loader: addonmanager.Loader) -> None:
         loader.add_option("replay_lock", str, "fetchproxy.lock.toml", "The lock to replay.")
@@ -112,9 +101,9 @@ class Replay:
             self.events = EventLog(log_path)
 
     async def running(self) -> None:
-        if self.blobs is None and self.store is not None:
-            self.blobs = BlobServer(self.store)
-            await self.blobs.start()
+        if self.answers is None and self.store is not None:
+            self.answers = LockAnswers(self.store)
+            await self.answers.start()
 
     # -------------------------------------------------------------------------------- requests
 
@@ -137,40 +126,15 @@ class Replay:
         if fetch is None:
             self._refuse(flow, key, reason=NOT_IN_LOCK)
             return
+        assert self.answers is not None, "replay answers requests only while running"
         try:
-            await self._verify(fetch.digest)
+            self.stats.bytes += await self.answers.answer(flow, fetch)
         except CorruptBlobError as exc:
             logger.error("%s", exc)
             self._refuse(flow, key, reason=CORRUPT_BLOB, status=502)
             return
         self.used.add(key)
-        answer = answer_for(
-            fetch, method=key.method, range_header=flow.request.headers.get("range")
-        )
         self.stats.served += 1
-        if not answer.send_body:
-            flow.response = flows.response_from(flow, answer, b"")
-            return
-        start, end = _span(answer, fetch)
-        self.stats.bytes += end - start
-        if fetch.size <= SMALL_BODY or self.blobs is None:
-            body = await self._small_body(fetch.digest)
-            flow.response = flows.response_from(flow, answer, body[start:end])
-            return
-        flow.metadata[flows.OWN] = answer
-        request = flow.request
-        request.scheme = "http"
-        request.host = self.blobs.host
-        request.port = self.blobs.port
-        request.method = "GET"
-        request.path = self.blobs.path_for(fetch.digest, start, end)
-        request.headers = http.Headers(host=f"{self.blobs.host}:{self.blobs.port}")
-        # An HTTP/2 client's request has an :authority, with which mitmproxy would send the
-        # HTTP/1 request line in absolute form ("GET http://..."); the blob server wants the
-        # origin form.
-        request.authority = ""
-        request.content = b""
-        request.http_version = "HTTP/1.1"
 
     def _refuse(
         self, flow: http.HTTPFlow, key: RequestKey, *, reason: str, status: int = 403
@@ -186,55 +150,19 @@ class Replay:
         self.refused.append(key)
         self.events.refused(key, reason=reason, nearest=nearest(self.lock, key))
 
-    async def _verify(self, digest: Digest) -> None:
-        if digest in self._verified:
-            return
-        store = self.store
-        assert store is not None
-        await asyncio.to_thread(store.verify, digest)
-        self._verified.add(digest)
-
-    async def _small_body(self, digest: Digest) -> bytes:
-        cached = self._cache.get(digest)
-        if cached is not None:
-            self._cache.move_to_end(digest)
-            return cached
-        store = self.store
-        assert store is not None
-
-        def read() -> bytes:
-            with store.open(digest) as blob:
-                return blob.read_all()
-
-        body = await asyncio.to_thread(read)
-        self._cache[digest] = body
-        self._cache_size += len(body)
-        while self._cache_size > _CACHE_BYTES:
-            _, dropped = self._cache.popitem(last=False)
-            self._cache_size -= len(dropped)
-        return body
-
     # -------------------------------------------------------------------------------- responses
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        answer = flow.metadata.get(flows.OWN)
-        response = flow.response
-        if not isinstance(answer, Answer) or response is None:
-            return
-        if response.status_code != 200:  # the blob server could not serve it
-            key = flow.metadata[flows.KEY]
-            self._refuse(flow, key, reason=CORRUPT_BLOB, status=502)
-            return
-        flows.set_answer_headers(response, answer)
-        response.stream = True
+        if self.answers is not None and self.answers.responseheaders(flow) is False:
+            # the blob server could not serve it
+            self._refuse(flow, flow.metadata[flows.KEY], reason=CORRUPT_BLOB, status=502)
 
     # -------------------------------------------------------------------------------- connections
 
     def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
         """Fail closed: replay connects to nothing but its own blob server."""
-        blobs = self.blobs
         address = data.server.address
-        if blobs is not None and address == (blobs.host, blobs.port):
+        if self.answers is not None and self.answers.is_blob_server(address):
             return
         data.server.error = "fetchproxy replay never connects upstream"
         logger.error("replay: refused an upstream connection to %s (this is a bug)", address)
@@ -253,17 +181,13 @@ class Replay:
         flow.kill()
 
     async def done(self) -> None:
-        if self.blobs is not None:
-            await self.blobs.close()
-            self.blobs = None
+        if self.answers is not None:
+            await self.answers.close()
+            self.answers = None
+        for fetch in self.unused():
+            self.events.emit("unused", key=key_fields(fetch.key))
         self.events.close()
 
     def unused(self) -> list[Fetch]:
         """Lock entries no request asked for in this run."""
         return [f for f in self.lock.fetches if f.key not in self.used]
-
-
-def _span(answer: Answer, fetch: Fetch) -> tuple[int, int]:
-    if answer.body is None:
-        return 0, fetch.size
-    return answer.body.start, answer.body.end + 1

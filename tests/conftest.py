@@ -307,8 +307,10 @@ def _parse_curl(head: bytes, body: bytes, version: str) -> Fetched:
     return Fetched(status, tuple(headers), body, protocol=f"HTTP/{version}")
 
 
-def read_events(log: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for line in io.StringIO(log.read_text()) if line.strip()]
+def read_events(log: Path, *, unused: bool = False) -> list[dict[str, object]]:
+    """The event log's lines; the end-of-replay ``unused`` lines only when asked for."""
+    events = [json.loads(line) for line in io.StringIO(log.read_text()) if line.strip()]
+    return [e for e in events if unused or e["event"] != "unused"]
 
 
 def files_under(*roots: Path) -> Sequence[Path]:

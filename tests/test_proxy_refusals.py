@@ -71,7 +71,7 @@ def test_unknown_urls_methods_and_representations_are_refused_with_the_nearest_e
     assert rig.get(replayer, "/negotiate", headers={"Accept": "application/json"}).body == JSON_BODY
     assert replayer.stop() == 0
 
-    assert read_events(rig.paths.log) == [
+    assert read_events(rig.paths.log, unused=True) == [
         {
             "event": "refused",
             "reason": "not-in-lock",
@@ -90,6 +90,9 @@ def test_unknown_urls_methods_and_representations_are_refused_with_the_nearest_e
             "key": {"method": "GET", "url": f"{base}/negotiate", "accept": "text/csv"},
             "nearest": {"method": "GET", "url": f"{base}/negotiate", "accept": "application/json"},
         },
+        # at the end, the entries no request used, so closure bloat is visible
+        {"event": "unused", "key": {"method": "GET", "url": f"{base}/medium.bin"}},
+        {"event": "unused", "key": {"method": "GET", "url": f"{base}/small.txt"}},
     ]
     assert capfd.readouterr().err == (
         f"fetchproxy: served 1 fetch ({len(JSON_BODY)} B) from {lock}; refused 3\n"

@@ -1,0 +1,130 @@
+"""Answering flows from recorded entries: shared by replay and by ``record --keep``.
+
+Not an addon itself: the replay and record addons each hold one :class:`LockAnswers` and call it
+from their hooks. A blob is rehashed before its first use in a run; bodies up to
+:data:`SMALL_BODY` are answered from a bounded in-memory cache, larger ones by pointing the flow
+at the loopback :class:`~fetchproxy.blobserver.BlobServer` and putting the recorded status and
+headers on its streamed answer in ``responseheaders``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+
+from mitmproxy import http
+
+from addons import flows
+from fetchproxy.blobserver import BlobServer
+from fetchproxy.digest import Digest
+from fetchproxy.lock import Fetch
+from fetchproxy.replaying import Answer, answer_for
+from fetchproxy.store import Store
+
+SMALL_BODY = 256 * 1024
+"""Bodies up to this size are answered from memory; larger ones stream via the blob server."""
+_CACHE_BYTES = 64 * 1024 * 1024
+
+
+class LockAnswers:
+    """Serves recorded answers for one run. ``start()`` in ``running``, ``close()`` in ``done``."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.blobs: BlobServer | None = None
+        self._verified: set[Digest] = set()
+        self._cache: OrderedDict[Digest, bytes] = OrderedDict()
+        self._cache_size = 0
+
+    async def start(self) -> None:
+        if self.blobs is None:
+            self.blobs = BlobServer(self.store)
+            await self.blobs.start()
+
+    async def close(self) -> None:
+        if self.blobs is not None:
+            await self.blobs.close()
+            self.blobs = None
+
+    def is_blob_server(self, address: object) -> bool:
+        blobs = self.blobs
+        return blobs is not None and address == (blobs.host, blobs.port)
+
+    async def answer(self, flow: http.HTTPFlow, fetch: Fetch) -> int:
+        """Answer ``flow`` with ``fetch``; the number of body bytes it will get.
+
+        Raises :class:`~fetchproxy.store.CorruptBlobError` (nothing answered) when the blob does
+        not hash to its name.
+        """
+        await self._verify(fetch.digest)
+        request = flow.request
+        answer = answer_for(fetch, method=request.method, range_header=request.headers.get("range"))
+        if not answer.send_body:
+            flow.response = flows.response_from(flow, answer, b"")
+            return 0
+        start, end = (
+            (0, fetch.size)
+            if answer.body is None
+            else (
+                answer.body.start,
+                answer.body.end + 1,
+            )
+        )
+        blobs = self.blobs
+        if fetch.size <= SMALL_BODY or blobs is None:
+            body = await self._small_body(fetch.digest)
+            flow.response = flows.response_from(flow, answer, body[start:end])
+            return end - start
+        flow.metadata[flows.OWN] = answer
+        request.scheme = "http"
+        request.host = blobs.host
+        request.port = blobs.port
+        request.method = "GET"
+        request.path = blobs.path_for(fetch.digest, start, end)
+        request.headers = http.Headers(host=f"{blobs.host}:{blobs.port}")
+        # An HTTP/2 client's request has an :authority, with which mitmproxy would send the
+        # HTTP/1 request line in absolute form ("GET http://..."); the blob server wants the
+        # origin form.
+        request.authority = ""
+        request.content = b""
+        request.http_version = "HTTP/1.1"
+        return end - start
+
+    def responseheaders(self, flow: http.HTTPFlow) -> bool | None:
+        """For a flow sent to the blob server: restore the recorded answer and stream it.
+
+        None for other flows; False when the blob server could not serve the blob.
+        """
+        answer = flow.metadata.get(flows.OWN)
+        response = flow.response
+        if not isinstance(answer, Answer) or response is None:
+            return None
+        if response.status_code != 200:
+            return False
+        flows.set_answer_headers(response, answer)
+        response.stream = True
+        return True
+
+    async def _verify(self, digest: Digest) -> None:
+        if digest not in self._verified:
+            await asyncio.to_thread(self.store.verify, digest)
+            self._verified.add(digest)
+
+    async def _small_body(self, digest: Digest) -> bytes:
+        cached = self._cache.get(digest)
+        if cached is not None:
+            self._cache.move_to_end(digest)
+            return cached
+        store = self.store
+
+        def read() -> bytes:
+            with store.open(digest) as blob:
+                return blob.read_all()
+
+        body = await asyncio.to_thread(read)
+        self._cache[digest] = body
+        self._cache_size += len(body)
+        while self._cache_size > _CACHE_BYTES:
+            _, dropped = self._cache.popitem(last=False)
+            self._cache_size -= len(dropped)
+        return body

@@ -15,10 +15,11 @@ from pathlib import Path
 from mitmproxy import addonmanager, ctx, exceptions, http
 
 from addons import flows
+from addons.answers import LockAnswers
 from fetchproxy.eventlog import EventLog, default_log_path
 from fetchproxy.journal import Journal, journal_path
 from fetchproxy.lock import Fetch, Lock
-from fetchproxy.lockfile import write_lock
+from fetchproxy.lockfile import LockFileError, load_lock, write_lock
 from fetchproxy.normalize import DEFAULT_SECRET_PARAMS, InvalidURLError, RequestKey
 from fetchproxy.recording import (
     STRIPPED_REQUEST_HEADERS,
@@ -26,11 +27,12 @@ from fetchproxy.recording import (
     fetch_from_answer,
     is_recordable,
 )
-from fetchproxy.store import BlobWriter, DiskStore, Store, default_store_path
+from fetchproxy.store import BlobWriter, CorruptBlobError, DiskStore, Store, default_store_path
 
 logger = logging.getLogger("fetchproxy.record")
 
 _WRITER = "fetchproxy.writer"
+_KEPT = "fetchproxy.kept"
 
 
 class _Tee:
@@ -52,13 +54,20 @@ class RecordStats:
 
     def __init__(self) -> None:
         self.recorded = 0
+        self.kept = 0  # answered from the existing lock (--keep)
         self.passed = 0  # answered but not locked (5xx, websocket)
         self.failed = 0  # connection or TLS failures
         self.bytes = 0
 
 
 class Record:
-    """Options ``record_lock``, ``record_store`` and ``record_log``."""
+    """Options ``record_lock``, ``record_store``, ``record_log`` and ``record_keep``.
+
+    By default a record is made afresh, like ``cargo update``: the new lock holds exactly what
+    this run fetched. With ``record_keep`` (``fetchproxy record --keep``) it is incremental:
+    requests the existing lock holds are answered from the store without contacting the origin,
+    only the others go upstream and are added, and nothing is removed.
+    """
 
     def __init__(self, store: Store | None = None) -> None:
         self._given_store = store
@@ -72,6 +81,10 @@ class Record:
         self.lock_written = False
         self._pending: set[str] = set()
         """Flows forwarded upstream whose answer is not yet stored (or failed)."""
+        self.keep = False
+        self.previous: Lock | None = None
+        """The lock as it was before this run (None when there was none, or it was unreadable)."""
+        self.answers: LockAnswers | None = None
 
     def load(self, loader: addonmanager.Loader) -> None:
         loader.add_option(
@@ -86,6 +99,12 @@ class Record:
         loader.add_option(
             "record_log", str, "", "The JSON-lines event log (empty: beside the lock)."
         )
+        loader.add_option(
+            "record_keep",
+            bool,
+            False,
+            "Keep the existing lock: answer what it holds from the store, record only the rest.",
+        )
 
     def configure(self, updated: set[str]) -> None:
         if "record_lock" in updated or "record_log" in updated:
@@ -96,8 +115,25 @@ class Record:
         if "record_store" in updated and self._given_store is None:
             root = ctx.options.record_store
             self.store = DiskStore(Path(root) if root else default_store_path())
+        if updated & {"record_lock", "record_keep"}:
+            self.keep = bool(ctx.options.record_keep)
+            self.previous = self._previous_lock()
 
-    def running(self) -> None:
+    def _previous_lock(self) -> Lock | None:
+        try:
+            return load_lock(self.lock_path)
+        except LockFileError as exc:
+            if not self.lock_path.exists():
+                return None
+            if self.keep:
+                raise exceptions.OptionsError(f"{exc} (--keep needs a valid lock)") from None
+            logger.warning("%s; recording a new lock over it", exc)
+            return None
+
+    async def running(self) -> None:
+        if self.keep and self.answers is None and self.store is not None:
+            self.answers = LockAnswers(self.store)
+            await self.answers.start()
         if self.journal is None:
             try:
                 self.journal = Journal(journal_path(self.lock_path))
@@ -106,11 +142,11 @@ class Record:
                     f"{self.lock_path}: cannot write the record journal: {exc.strerror}"
                 ) from None
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    async def request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None:
             return
         try:
-            flows.request_key(flow, self.secret_params)
+            key = flows.request_key(flow, self.secret_params)
         except (InvalidURLError, ValueError) as exc:
             flow.response = http.Response.make(
                 400,
@@ -119,13 +155,33 @@ class Record:
             )
             self.events.emit("unrecordable", reason=str(exc))
             return
+        if await self._answer_kept(flow, key):
+            return
         headers = flow.request.headers
         for name in STRIPPED_REQUEST_HEADERS:
             headers.pop(name, None)
         headers["accept-encoding"] = UPSTREAM_ACCEPT_ENCODING
         self._pending.add(flow.id)
 
+    async def _answer_kept(self, flow: http.HTTPFlow, key: RequestKey) -> bool:
+        """With --keep: answer from the existing lock when it holds the request."""
+        if self.answers is None or self.previous is None:
+            return False
+        fetch = self.previous.lookup(key)
+        if fetch is None or not self.answers.store.contains(fetch.digest):
+            return False
+        try:
+            await self.answers.answer(flow, fetch)
+        except CorruptBlobError as exc:
+            logger.warning("%s; fetching it again", exc)
+            return False
+        flow.metadata[_KEPT] = True
+        self.stats.kept += 1
+        return True
+
     def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if self.answers is not None and self.answers.responseheaders(flow) is not None:
+            return  # a kept answer streamed from the store
         response = flow.response
         assert response is not None
         key = flow.metadata.get(flows.KEY)
@@ -142,6 +198,8 @@ class Record:
         response.stream = tee
 
     async def response(self, flow: http.HTTPFlow) -> None:
+        if flow.metadata.get(_KEPT):
+            return
         try:
             await self._store_response(flow)
         finally:
@@ -219,14 +277,25 @@ class Record:
             await asyncio.sleep(0.01)
         return len(self._pending)
 
+    def new_lock(self) -> Lock:
+        """What this run recorded; with --keep, on top of the existing lock."""
+        entries: dict[RequestKey, Fetch] = {}
+        if self.keep and self.previous is not None:
+            entries.update((f.key, f) for f in self.previous.fetches)
+        entries.update(self.fetches)
+        return Lock.from_fetches(entries.values())
+
     def write_lock(self) -> bool:
         """Write the canonical lock of everything recorded; remove the journal. Returns changed."""
-        changed = write_lock(self.lock_path, Lock.from_fetches(self.fetches.values()))
+        changed = write_lock(self.lock_path, self.new_lock())
         self.lock_written = True
         if self.journal is not None:
             self.journal.close(remove=True)
             self.journal = None
         return changed
 
-    def done(self) -> None:
+    async def done(self) -> None:
+        if self.answers is not None:
+            await self.answers.close()
+            self.answers = None
         self.events.close()

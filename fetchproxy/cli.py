@@ -80,6 +80,20 @@ def _add_proxy_options(parser: argparse.ArgumentParser, *, record: bool) -> None
     )
     if record:
         parser.add_argument(
+            "--keep",
+            action="store_true",
+            help="keep the existing lock: answer what it holds from the store, record only "
+            "the rest, remove nothing",
+        )
+    else:
+        parser.add_argument(
+            "--exact",
+            action="store_true",
+            help="fail (exit 3) also when lock entries go unused: the build must use exactly "
+            "the lock (for CI)",
+        )
+    if record:
+        parser.add_argument(
             "--upstream-ca",
             type=Path,
             action="append",
@@ -116,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("mode", choices=("record", "replay"))
     _add_proxy_options(serve, record=True)
+    serve.add_argument(
+        "--exact",
+        action="store_true",
+        help="replay: exit 3 at the end if requests were refused or lock entries went unused",
+    )
     serve.add_argument(
         "--listen",
         type=_listen,

@@ -38,6 +38,8 @@ def serve(args: argparse.Namespace) -> int:
         listen_port=port,
         log=args.log,
         upstream_ca=tuple(args.upstream_ca),
+        keep=args.keep,
+        exact=args.exact,
     )
     return run_serve(settings)
 
@@ -60,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
         log=args.log,
         upstream_ca=tuple(getattr(args, "upstream_ca", ())),
         sandbox=not args.no_sandbox,
+        keep=getattr(args, "keep", False),
+        exact=getattr(args, "exact", False),
     )
     return run_build(request)
 

@@ -38,9 +38,9 @@ from fetchproxy.digest import Digest, from_hex, hex_of
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.journal import journal_path, read_journal
 from fetchproxy.lockfile import load_lock
+from fetchproxy.sizes import human_bytes
 from fetchproxy.store import DiskStore, TempFile
 from fetchproxy.store.layout import TEMP_SUFFIX, temp_prefix
-from fetchproxy.summary import human_bytes
 
 DEFAULT_GRACE: Final = 3600.0
 """Seconds a blob or temp file is kept after it was last written (``--grace``)."""

@@ -21,7 +21,7 @@ from typing import Final
 
 from fetchproxy.digest import Digest, hex_of
 from fetchproxy.lock import FIELDS, Fetch, Lock, LockValue
-from fetchproxy.summary import human_bytes
+from fetchproxy.sizes import human_bytes
 
 JSON_FORMAT: Final = "fetchproxy-lock-diff"
 JSON_VERSION: Final = 1

@@ -62,6 +62,10 @@ class ProxySettings:
     log: Path | None = None
     upstream_ca: Sequence[Path] = ()
     http2: bool = True
+    keep: bool = False
+    """record: keep the existing lock, record only what it lacks (``--keep``)."""
+    exact: bool = False
+    """replay: unused lock entries make the run fail too (``--exact``)."""
     extra_options: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -146,6 +150,7 @@ class ProxyRun:
                     f"{prefix}_lock": str(s.lock),
                     f"{prefix}_log": str(s.log) if s.log else "",
                 },
+                **({"record_keep": s.keep} if s.mode == "record" else {}),
                 **s.extra_options,
             )
         except exceptions.OptionsError as exc:

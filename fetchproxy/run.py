@@ -45,6 +45,8 @@ class RunRequest:
     log: Path | None = None
     upstream_ca: Sequence[Path] = ()
     sandbox: bool = True
+    keep: bool = False
+    exact: bool = False
 
 
 def _system_bundle() -> bytes:
@@ -86,6 +88,8 @@ def _settings(request: RunRequest, confdir: Path, host: str, port: int) -> Proxy
         listen_port=port,
         log=request.log,
         upstream_ca=tuple(request.upstream_ca),
+        keep=request.keep,
+        exact=request.exact,
     )
 
 
@@ -186,7 +190,7 @@ async def _wait(build: BuildProcess) -> int:
 
 
 def _exit_status(build_status: int, proxy: ProxyRun) -> int:
-    finish(proxy)
+    proxy_status = finish(proxy)
     if build_status != 0:
         return 128 - build_status if build_status < 0 else build_status
     refused = getattr(proxy.addon.stats, "refused", 0)
@@ -197,4 +201,4 @@ def _exit_status(build_status: int, proxy: ProxyRun) -> int:
             file=sys.stderr,
         )
         return REFUSED_STATUS
-    return 0
+    return proxy_status

@@ -14,7 +14,7 @@ import sys
 from addons.record import Record
 from addons.replay import Replay
 from fetchproxy.proxy import ProxyRun, ProxySettings
-from fetchproxy.summary import record_summary, replay_summary
+from fetchproxy.summary import lock_changes, record_summary, replay_summary
 
 
 async def _serve(settings: ProxySettings) -> int:
@@ -36,15 +36,34 @@ async def _serve(settings: ProxySettings) -> int:
     return finish(run)
 
 
+NOT_EXACT = 3
+"""The exit status of a replay that refused requests, or (with --exact) left entries unused."""
+
+
 def finish(run: ProxyRun) -> int:
-    """Write the lock (record) and print the summary; the exit status of a proxy run."""
+    """Write the lock (record) and print the summary; the exit status of a proxy run.
+
+    For replay that is :data:`NOT_EXACT` when ``--exact`` was given and the run refused a
+    request or left lock entries unused; otherwise 0 (``record``/``replay -- BUILD`` add their
+    own rule for refusals).
+    """
     addon = run.addon
+    lock = run.settings.lock
     if isinstance(addon, Record):
         addon.write_lock()
-        print(record_summary(addon, lock=run.settings.lock), file=sys.stderr)
+        print(record_summary(addon, lock=lock), file=sys.stderr)
+        if addon.previous is not None:
+            print(lock_changes(addon.previous, addon.new_lock(), lock=lock), file=sys.stderr)
         return 0
     assert isinstance(addon, Replay)
-    print(replay_summary(addon, lock=run.settings.lock), file=sys.stderr)
+    print(replay_summary(addon, lock=lock), file=sys.stderr)
+    if run.settings.exact and (addon.stats.refused or addon.unused()):
+        print(
+            f"fetchproxy: --exact: the build did not use exactly {lock} "
+            f"({addon.stats.refused} refused, {len(addon.unused())} unused)",
+            file=sys.stderr,
+        )
+        return NOT_EXACT
     return 0
 
 

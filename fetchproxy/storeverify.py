@@ -24,8 +24,8 @@ from typing import Final
 import blake3
 
 from fetchproxy.digest import PREFIX, Digest, hex_of
+from fetchproxy.sizes import human_bytes
 from fetchproxy.store import CorruptBlobError, DiskStore, MissingBlobError, StoreError
-from fetchproxy.summary import human_bytes
 
 CORRUPT_DIR: Final = "corrupt"
 

@@ -5,21 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fetchproxy.lock import Lock
+from fetchproxy.lockdiff import diff_locks, render_text
+from fetchproxy.sizes import human_bytes
+
 if TYPE_CHECKING:
     from addons.record import Record
     from addons.replay import Replay
 
 _SHOWN_REFUSALS = 10
-
-
-def human_bytes(size: int) -> str:
-    """``1536`` → ``1.5 KiB``."""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 def _plural(count: int, word: str) -> str:
@@ -39,6 +33,8 @@ def record_summary(record: Record, *, lock: Path) -> str:
         f"({human_bytes(stats.bytes)}) into {lock}"
     )
     extras = []
+    if stats.kept:
+        extras.append(f"{_plural(stats.kept, 'fetch')} answered from the existing lock (--keep)")
     if stats.passed:
         extras.append(f"{stats.passed} passed through unlocked (5xx or websocket)")
     if stats.failed:
@@ -62,3 +58,11 @@ def replay_summary(replay: Replay, *, lock: Path) -> str:
     if unused:
         lines.append(f"fetchproxy: {len(unused)} of {len(replay.lock)} lock entries went unused")
     return "\n".join(lines)
+
+
+def lock_changes(old: Lock, new: Lock, *, lock: Path) -> str:
+    """What a record changed in the lock, in the words of ``fetchproxy lock diff``."""
+    diff = diff_locks(old, new)
+    if diff.identical:
+        return f"fetchproxy: {lock} is unchanged"
+    return render_text(diff, old_label=f"{lock} (before)", new_label=f"{lock} (now)").rstrip("\n")

@@ -109,7 +109,7 @@ async def _run_sandboxed(
     if stray:
         await proxy.stop()
         raise SandboxError(
-            f"fetchproxy: internal error: threads {stray} were started while the proxy was "
+            f"internal error: threads {stray} were started while the proxy was "
             "binding in the edge namespace and would make upstream connections from there"
         )
     ca_path = f"{_INSIDE}/ca-bundle.pem"

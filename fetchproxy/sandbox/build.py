@@ -165,18 +165,14 @@ def _write_maps(pid: int) -> None:
 def _failure(line: bytes | None, argv: Sequence[str]) -> SandboxError:
     verb, arguments = parse_message(line) if line is not None else ("", [])
     if verb != "error" or len(arguments) != 3:
-        return SandboxError(
-            "fetchproxy: the sandbox's supervisor exited during setup without saying why"
-        )
+        return SandboxError("the sandbox's supervisor exited during setup without saying why")
     errno, step, detail = int(arguments[0]), arguments[1], arguments[2]
     if step == STEP_EXEC:
         return SandboxError(
-            f"fetchproxy: cannot run the build command {argv[0]!r} in the sandbox: {detail}",
+            f"cannot run the build command {argv[0]!r} in the sandbox: {detail}",
             errno=errno,
         )
-    return SandboxError(
-        f"fetchproxy: cannot set up the sandbox for the build: {detail}", errno=errno
-    )
+    return SandboxError(f"cannot set up the sandbox for the build: {detail}", errno=errno)
 
 
 def spawn(
@@ -202,7 +198,7 @@ def spawn(
     try:
         plan = mount_plan(cwd=real_cwd, keep=[str(p) for p in keep], files=files or {})
     except ValueError as error:
-        raise SandboxError(f"fetchproxy: cannot run the build in the sandbox: {error}") from error
+        raise SandboxError(f"cannot run the build in the sandbox: {error}") from error
     config = {"argv": list(argv), "env": dict(env), "cwd": real_cwd, "plan": plan.to_spec()}
     config_fd = os.memfd_create("fetchproxy-sandbox-config")
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -241,12 +237,12 @@ def _handshake(
             line = reader.read_line()
     except TimeoutError:
         raise SandboxError(
-            f"fetchproxy: the sandbox's supervisor (pid {process.pid}) did not finish "
+            f"the sandbox's supervisor (pid {process.pid}) did not finish "
             f"setting up within {_HANDSHAKE_TIMEOUT:.0f} s"
         ) from None
     except OSError as error:
         raise SandboxError(
-            f"fetchproxy: cannot set up the sandbox's user namespace: {error}", errno=error.errno
+            f"cannot set up the sandbox's user namespace: {error}", errno=error.errno
         ) from error
     if line != b"running":
         raise _failure(line, argv)

@@ -39,7 +39,7 @@ class Sandbox:
             self._namespaces = NetworkNamespaces()
         except OSError as error:
             raise SandboxError(
-                f"fetchproxy: cannot create the network sandbox (network namespaces and a "
+                f"cannot create the network sandbox (network namespaces and a "
                 f"veth pair): {error.strerror or error}. Is the veth driver available "
                 f"(`modprobe veth`)? Or use --no-sandbox to run the build without network "
                 f"isolation.",
@@ -73,7 +73,7 @@ class Sandbox:
     def namespaces(self) -> NetworkNamespaces:
         """The host, edge and sandbox network namespaces, as file descriptors."""
         if self._namespaces is None:
-            raise SandboxError("fetchproxy: the sandbox is not set up (use it as `with Sandbox()`)")
+            raise SandboxError("the sandbox is not set up (use it as `with Sandbox()`)")
         return self._namespaces
 
     def enter_edge(self) -> None:

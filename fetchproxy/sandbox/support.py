@@ -47,7 +47,7 @@ def sandbox_support() -> tuple[bool, str]:
     """Whether :class:`~fetchproxy.sandbox.Sandbox` can be built here; if not, why and the fix."""
     if not sys.platform.startswith("linux"):
         return False, (
-            f"fetchproxy: the network sandbox needs Linux network namespaces; "
+            f"the network sandbox needs Linux network namespaces; "
             f"this system is {sys.platform}. {NO_SANDBOX_HINT.capitalize()}."
         )
     try:
@@ -55,12 +55,12 @@ def sandbox_support() -> tuple[bool, str]:
     except OSError as error:
         return (
             False,
-            f"fetchproxy: cannot read /proc/self/status ({error.strerror}); is /proc mounted?",
+            f"cannot read /proc/self/status ({error.strerror}); is /proc mounted?",
         )
     missing = missing_capabilities(effective_capabilities(status))
     if missing:
         return False, (
-            "fetchproxy: the network sandbox needs root: it creates network namespaces "
+            "the network sandbox needs root: it creates network namespaces "
             f"and a veth pair, and this process (uid {os.geteuid()}) lacks "
             f"{', '.join(missing)}. Run fetchproxy as root (for example with sudo), "
             f"{NO_SANDBOX_HINT}."
@@ -71,7 +71,7 @@ def sandbox_support() -> tuple[bool, str]:
         user_namespaces = 0
     if user_namespaces == 0:
         return False, (
-            "fetchproxy: the network sandbox runs the build in a user namespace, and this "
+            "the network sandbox runs the build in a user namespace, and this "
             "kernel has them disabled (user.max_user_namespaces is 0 or absent). Enable them "
             f"with `sysctl -w user.max_user_namespaces=10000`, {NO_SANDBOX_HINT}."
         )

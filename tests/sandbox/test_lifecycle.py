@@ -75,7 +75,7 @@ def test_an_unknown_command_is_reported_with_its_name(sandbox: Sandbox, tmp_path
     with pytest.raises(SandboxError) as raised:
         sandbox.spawn(["no-such-command-fetchproxy"], env=BUILD_ENV, cwd=tmp_path)
     assert str(raised.value) == (
-        "fetchproxy: cannot run the build command 'no-such-command-fetchproxy' in the sandbox: "
+        "cannot run the build command 'no-such-command-fetchproxy' in the sandbox: "
         "No such file or directory"
     )
     assert raised.value.errno == errno.ENOENT
@@ -85,8 +85,7 @@ def test_a_missing_working_directory_is_reported(sandbox: Sandbox, tmp_path: Pat
     with pytest.raises(SandboxError) as raised:
         sandbox.spawn(["true"], env=BUILD_ENV, cwd=tmp_path / "missing")
     assert str(raised.value) == (
-        f"fetchproxy: cannot set up the sandbox for the build: {tmp_path}/missing: "
-        "No such file or directory"
+        f"cannot set up the sandbox for the build: {tmp_path}/missing: No such file or directory"
     )
 
 
@@ -234,7 +233,7 @@ def test_a_build_run_from_tmp_itself_is_refused(sandbox: Sandbox) -> None:
     with pytest.raises(SandboxError) as raised:
         sandbox.spawn(["true"], env=BUILD_ENV, cwd=Path("/tmp"))
     assert str(raised.value) == (
-        "fetchproxy: cannot run the build in the sandbox: the working directory (or a kept "
+        "cannot run the build in the sandbox: the working directory (or a kept "
         "path) is /tmp, which the sandbox makes private; keeping it would hand the build the "
         "host's /tmp. Run the build from a directory of its own"
     )

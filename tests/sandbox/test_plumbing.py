@@ -73,7 +73,7 @@ def test_capabilities_are_read_from_the_status_text() -> None:
 
 
 NOT_ROOT_MESSAGE = (
-    "fetchproxy: the network sandbox needs root: it creates network namespaces and a veth "
+    "the network sandbox needs root: it creates network namespaces and a veth "
     "pair, and this process (uid 0) lacks CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETUID, "
     "CAP_SETGID. Run fetchproxy as root (for example with sudo), or use --no-sandbox to run "
     "the build without network isolation."

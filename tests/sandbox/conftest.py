@@ -25,6 +25,11 @@ BUILD_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8
 LAUNCHER = Path(__file__).with_name("launcher.py")
 
 
+PYTHON = (Path(sys.prefix),)
+"""Keep the test interpreter's environment visible: a checkout (and its venv) may live under
+/tmp, which the sandbox makes private."""
+
+
 def needs_root() -> None:
     if not IS_ROOT:
         pytest.skip(NOT_ROOT_REASON)
@@ -67,6 +72,7 @@ class Builds:
                 [sys.executable, "-I", "-c", code, *args],
                 env=BUILD_ENV,
                 cwd=self.directory,
+                keep=PYTHON,
                 files=files,
                 stdout=out.fileno(),
                 stderr=err.fileno(),

@@ -40,7 +40,10 @@ def main() -> int:
     if options.bind_host_netns is not None:
         bind_host_netns(options.bind_host_netns)
     with Sandbox() as sandbox:
-        build = sandbox.spawn(options.command, env={"PATH": os.environ["PATH"]})
+        # the interpreter's environment may live under /tmp, which the sandbox makes private
+        build = sandbox.spawn(
+            options.command, env={"PATH": os.environ["PATH"]}, keep=[Path(sys.prefix)]
+        )
         if options.forward_signals:
             # A little late, so that a test sees two copies of one signal as two.
             def forward(number: int, _frame: object) -> None:

@@ -3,7 +3,7 @@
 Pure: from the user's environment, the proxy URL and the paths of the CA bundle and wgetrc as the
 build sees them, the build's environment. Values the user's environment already has are
 overridden (a preset ``REQUESTS_CA_BUNDLE`` would otherwise win over ``PIP_CERT``). The list, and
-which client reads which variable, is in docs/sandbox.md.
+which client reads which variable, is in docs/clients.md.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from fetchproxy.store import Store
 SMALL_BODY = 256 * 1024
 """Bodies up to this size are answered from memory; larger ones stream via the blob server."""
 _CACHE_BYTES = 64 * 1024 * 1024
+_STREAMED = "fetchproxy.streamed-digest"
 
 
 class LockAnswers:
@@ -76,6 +77,7 @@ class LockAnswers:
             flow.response = flows.response_from(flow, answer, body[start:end])
             return end - start
         flow.metadata[flows.OWN] = answer
+        flow.metadata[_STREAMED] = fetch.digest
         request.scheme = "http"
         request.host = blobs.host
         request.port = blobs.port
@@ -104,6 +106,14 @@ class LockAnswers:
         flows.set_answer_headers(response, answer)
         response.stream = True
         return True
+
+    def corrupt_while_streaming(self, flow: http.HTTPFlow) -> bool:
+        """Whether ``flow`` failed because its blob turned out corrupt while it streamed."""
+        digest = flow.metadata.get(_STREAMED)
+        blobs = self.blobs
+        if digest is None or blobs is None:
+            return False
+        return any(error.expected == digest for error in blobs.corrupt)
 
     async def _verify(self, digest: Digest) -> None:
         if digest not in self._verified:

@@ -262,7 +262,12 @@ class Record:
         key = flow.metadata.get(flows.KEY)
         what = f"{key.method} {key.url}" if isinstance(key, RequestKey) else "a request"
         message = flow.error.msg if flow.error else "unknown error"
-        logger.error("record: %s failed, not recorded: %s", what, message)
+        hint = (
+            " — if the origin uses its own CA, pass --upstream-ca PATH"
+            if "certificate verify failed" in message.lower()
+            else ""
+        )
+        logger.error("record: %s failed, not recorded: %s%s", what, message, hint)
         self.events.emit("failed", url=getattr(key, "url", None), error=message)
 
     async def settle(self, timeout: float) -> int:

@@ -90,8 +90,9 @@ class Replay:
             missing = sorted(d for d in self.lock.digests() if not self.store.contains(d))
             if missing:
                 shown = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
+                bodies = "recorded body is" if len(missing) == 1 else "recorded bodies are"
                 raise exceptions.OptionsError(
-                    f"{self.lock_path}: {len(missing)} recorded bodies are missing from the store "
+                    f"{self.lock_path}: {len(missing)} {bodies} missing from the store "
                     f"{getattr(self.store, 'root', '(memory)')} ({shown}) — record again with "
                     "`fetchproxy record`, or point --store at the store it was recorded into"
                 )
@@ -146,6 +147,9 @@ class Replay:
         flow.response = flows.response_from(
             flow, answer, refusal_text(key, lock_name=lock_name, reason=reason).encode()
         )
+        self._record_refusal(key, reason=reason)
+
+    def _record_refusal(self, key: RequestKey, *, reason: str) -> None:
         self.stats.refused += 1
         self.refused.append(key)
         self.events.refused(key, reason=reason, nearest=nearest(self.lock, key))
@@ -164,8 +168,22 @@ class Replay:
         address = data.server.address
         if self.answers is not None and self.answers.is_blob_server(address):
             return
+        # HTTP flows never get here (they are answered or refused in `request`); raw TCP inside
+        # a CONNECT does, just before `tcp_start` refuses it. Either way: no connection.
         data.server.error = "fetchproxy replay never connects upstream"
-        logger.error("replay: refused an upstream connection to %s (this is a bug)", address)
+        logger.warning(
+            "replay: blocked a connection to %s (replay never connects upstream)", address
+        )
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        """A body streaming from the store was cut off: count and log it if the blob was bad."""
+        if self.answers is None or not self.answers.corrupt_while_streaming(flow):
+            return
+        key = flow.metadata.get(flows.KEY)
+        if isinstance(key, RequestKey):
+            self.stats.served -= 1
+            self.used.discard(key)
+            self._record_refusal(key, reason=CORRUPT_BLOB)
 
     def tcp_start(self, flow: tcp.TCPFlow) -> None:
         self._kill_raw(flow)

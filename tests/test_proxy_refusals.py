@@ -190,6 +190,13 @@ def test_a_blob_corrupted_during_replay_is_never_served_whole(
     assert len(corrupt_logs) == 2
     medium = damaged[rig.origin.url("/medium.bin")]
     assert all(m.startswith(f"corrupt blob in {medium}: ") for m in corrupt_logs)
+    medium_key = {"method": "GET", "url": rig.origin.url("/medium.bin")}
+    # the two cut-off answers count as refused, not served, and are in the event log
+    assert [(e["reason"], e["key"]) for e in read_events(rig.paths.log)] == [
+        ("corrupt-blob", medium_key),
+        ("corrupt-blob", medium_key),
+    ]
+    assert replayer.replay.stats.served == 3
     assert rig.origin.connections == 0
 
 
@@ -209,6 +216,7 @@ def test_record_refuses_an_origin_whose_certificate_it_cannot_verify(
     message = (
         f"record: GET {url} failed, not recorded: "
         "Certificate verify failed: unable to get local issuer certificate"
+        " — if the origin uses its own CA, pass --upstream-ca PATH"
     )
     errors = [r.getMessage() for r in caplog.records if r.name == "fetchproxy.record"]
     assert errors == [message, message]

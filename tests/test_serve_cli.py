@@ -226,7 +226,7 @@ def test_a_missing_lock_and_missing_blobs_stop_replay_before_it_listens(
     served = serve("replay", *args)
     assert served.process.wait(timeout=60) == 2
     assert served.stderr == (
-        f"fetchproxy: error: {env.lock}: 1 recorded bodies are missing from the store "
+        f"fetchproxy: error: {env.lock}: 1 recorded body is missing from the store "
         f"{env.store} ({digest}) — record again with `fetchproxy record`, or point --store at "
         "the store it was recorded into\n"
     )

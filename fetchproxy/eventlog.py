@@ -28,6 +28,8 @@ def key_fields(key: RequestKey) -> dict[str, str]:
     fields = {"method": key.method, "url": key.url}
     if key.accept is not None:
         fields["accept"] = key.accept
+    if key.git_protocol is not None:
+        fields["git-protocol"] = key.git_protocol
     if key.body_digest is not None:
         fields["body-digest"] = key.body_digest
     return fields

@@ -15,7 +15,7 @@ from typing import Final
 
 from fetchproxy.digest import Digest, parse_digest
 from fetchproxy.errors import FetchproxyError
-from fetchproxy.normalize import RequestKey
+from fetchproxy.normalize import RequestKey, SortKey
 
 VERSION: Final = 1
 """The lock format version this fetchproxy reads and writes."""
@@ -53,6 +53,7 @@ FIELDS: Final = (
     _Field("method", "method", str, required=True),
     _Field("url", "url", str, required=True),
     _Field("accept", "accept", str, required=False),
+    _Field("git-protocol", "git_protocol", str, required=False),
     _Field("body-digest", "body_digest", str, required=False),
     _Field("status", "status", int, required=True),
     _Field("location", "location", str, required=False),
@@ -77,6 +78,7 @@ class Fetch:
     method: str
     url: str
     accept: str | None = None
+    git_protocol: str | None = None
     body_digest: Digest | None = None
     status: int
     location: str | None = None
@@ -92,12 +94,22 @@ class Fetch:
     def key(self) -> RequestKey:
         """The normalized request this entry answers."""
         return RequestKey(
-            method=self.method, url=self.url, accept=self.accept, body_digest=self.body_digest
+            method=self.method,
+            url=self.url,
+            accept=self.accept,
+            git_protocol=self.git_protocol,
+            body_digest=self.body_digest,
         )
 
-    def sort_key(self) -> tuple[str, str, str, str]:
+    def sort_key(self) -> SortKey:
         """The lock's total order (that of :class:`RequestKey`)."""
-        return (self.url, self.method, self.accept or "", self.body_digest or "")
+        return (
+            self.url,
+            self.method,
+            self.accept or "",
+            self.git_protocol or "",
+            self.body_digest or "",
+        )
 
     def to_dict(self) -> dict[str, LockValue]:
         """The TOML table, keys in format order, absent optional fields left out."""
@@ -209,9 +221,7 @@ class Lock:
     """
 
     fetches: tuple[Fetch, ...] = ()
-    _index: dict[tuple[str, str, str, str], Fetch] = field(
-        default_factory=dict, compare=False, repr=False
-    )
+    _index: dict[SortKey, Fetch] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_fetches(cls, fetches: Iterable[Fetch]) -> Lock:
@@ -248,10 +258,10 @@ class Lock:
         return sum(sizes.values())
 
 
-def _index_of(entries: tuple[Fetch, ...]) -> dict[tuple[str, str, str, str], Fetch]:
+def _index_of(entries: tuple[Fetch, ...]) -> dict[SortKey, Fetch]:
     """Entries by key; DuplicateFetchError names the positions (in ``entries``) of a repeat."""
-    index: dict[tuple[str, str, str, str], Fetch] = {}
-    positions: dict[tuple[str, str, str, str], int] = {}
+    index: dict[SortKey, Fetch] = {}
+    positions: dict[SortKey, int] = {}
     for i, entry in enumerate(entries):
         sort_key = entry.sort_key()
         if sort_key in positions:

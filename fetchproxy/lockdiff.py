@@ -31,7 +31,7 @@ SHORT_HEX: Final = 12
 _AUTHORITY_RE: Final = re.compile(r"[^:/?#]+://([^/?#]*)")
 _CONTENT_FIELDS: Final = frozenset({"digest", "size"})
 _LISTING_SKIPS: Final = frozenset(
-    {"method", "url", "accept", "body-digest", "status", "digest", "size"}
+    {"method", "url", "accept", "git-protocol", "body-digest", "status", "digest", "size"}
 )
 
 
@@ -202,10 +202,13 @@ def short_digest(digest: Digest) -> str:
 
 
 def request_text(entry: Fetch) -> str:
-    """``GET https://host/path``, with ``[accept: …]`` and ``[body: blake3:…]`` when in the key."""
+    """``GET https://host/path``, with ``[accept: …]``, ``[git-protocol: …]`` and
+    ``[body: blake3:…]`` when in the key."""
     parts = [entry.method, entry.url]
     if entry.accept is not None:
         parts.append(f"[accept: {entry.accept}]")
+    if entry.git_protocol is not None:
+        parts.append(f"[git-protocol: {entry.git_protocol}]")
     if entry.body_digest is not None:
         parts.append(f"[body: {short_digest(entry.body_digest)}]")
     return " ".join(parts)

@@ -214,6 +214,7 @@ _TABLE_RE = re.compile(
     rf"method = \"([A-Z][A-Z0-9!#$%&'*+.^_`|~-]*)\"\n"
     rf"url = \"(https?://[^\"\\\x00-\x1f\x7f]*)\"\n"
     rf"(?:accept = {_STR}\n)?"
+    rf"(?:git-protocol = {_STR}\n)?"
     rf"(?:body-digest = {_DIGEST}\n)?"
     rf"status = ([1-4][0-9][0-9])\n"
     rf"(?:location = {_STR}\n)?"
@@ -244,14 +245,27 @@ def _parse_exact(text: str) -> list[Fetch] | None:
         match = match_at(text, position)
         if match is None:
             return None
-        method, url, accept, body, status, location, digest, size, ctype, cenc, cdisp, clen = (
-            match.groups()
-        )
+        (
+            method,
+            url,
+            accept,
+            gitp,
+            body,
+            status,
+            location,
+            digest,
+            size,
+            ctype,
+            cenc,
+            cdisp,
+            clen,
+        ) = match.groups()
         append(
             Fetch(
                 method=method,
                 url=url,
                 accept=accept,
+                git_protocol=gitp,
                 body_digest=None if body is None else Digest(body),
                 status=int(status),
                 location=location,

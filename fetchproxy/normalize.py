@@ -82,6 +82,10 @@ class _BadURL(Exception):  # noqa: N818 -- internal, carries the reason to norma
     pass
 
 
+SortKey = tuple[str, str, str, str, str]
+"""``(url, method, accept, git-protocol, body-digest)``, absent parts as ``""``."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RequestKey:
     """The normalized request; lock entries are sorted by :meth:`sort_key`."""
@@ -89,16 +93,26 @@ class RequestKey:
     method: str
     url: str
     accept: str | None = None
+    git_protocol: str | None = None
+    """The ``Git-Protocol`` header: it selects git's v0 or v2 answer to the same URL."""
     body_digest: Digest | None = None
 
     def __post_init__(self) -> None:
         # "" would sort like None but compare unequal, breaking the total order.
-        if self.accept == "" or self.body_digest == "":
-            raise ValueError("RequestKey: accept and body_digest are None or non-empty")
+        if self.accept == "" or self.git_protocol == "" or self.body_digest == "":
+            raise ValueError(
+                "RequestKey: accept, git_protocol and body_digest are None or non-empty"
+            )
 
-    def sort_key(self) -> tuple[str, str, str, str]:
-        """``(url, method, accept or "", body_digest or "")``: the order of lock entries."""
-        return (self.url, self.method, self.accept or "", self.body_digest or "")
+    def sort_key(self) -> SortKey:
+        """``(url, method, accept, git-protocol, body-digest)``: the order of lock entries."""
+        return (
+            self.url,
+            self.method,
+            self.accept or "",
+            self.git_protocol or "",
+            self.body_digest or "",
+        )
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, RequestKey):
@@ -135,20 +149,38 @@ def normalize_request(
     body_digest: Digest | None = None,
     secret_params: Collection[str] = DEFAULT_SECRET_PARAMS,
 ) -> RequestKey:
-    """The key of a request; of ``headers`` only ``Accept`` can be part of it."""
+    """The key of a request; of ``headers`` only ``Accept`` and ``Git-Protocol`` can be in it."""
     if not _TOKEN_RE.fullmatch(method):
         raise InvalidMethodError(
             f"invalid method {method!r} for URL "
             f"'{redact_url(url, secret_params=secret_params)}': a method is an HTTP token "
             "(letters, digits and !#$%&'*+-.^_`|~)"
         )
-    accepts = [value for name, value in headers if name.lower() == "accept"]
+    accepts: list[str] = []
+    git_protocols: list[str] = []
+    for name, value in headers:
+        lower = name.lower()
+        if lower == "accept":
+            accepts.append(value)
+        elif lower == "git-protocol":
+            git_protocols.append(value)
     return RequestKey(
         method=method.upper(),
         url=normalize_url(url, secret_params=secret_params),
         accept=normalize_accept(",".join(accepts)) if accepts else None,
+        git_protocol=normalize_git_protocol(":".join(git_protocols)) if git_protocols else None,
         body_digest=body_digest,
     )
+
+
+def normalize_git_protocol(value: str) -> str | None:
+    """``Git-Protocol: version=2`` → ``version=2``: colon-separated parameters, spaces removed.
+
+    None for an empty value. git sends it (to smart-HTTP endpoints) to ask for a protocol
+    version, and the same URL answers v0 and v2 clients differently.
+    """
+    parts = [part.strip() for part in value.split(":") if part.strip()]
+    return ":".join(parts) or None
 
 
 def normalize_url(url: str, *, secret_params: Collection[str] = DEFAULT_SECRET_PARAMS) -> str:

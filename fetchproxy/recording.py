@@ -72,6 +72,7 @@ def fetch_from_answer(
         method=key.method,
         url=key.url,
         accept=key.accept,
+        git_protocol=key.git_protocol,
         body_digest=key.body_digest,
         status=status,
         location=location,

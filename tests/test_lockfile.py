@@ -160,7 +160,7 @@ FIX = "restore the file from version control, or re-record it with `fetchproxy r
         (
             lock_text(TABLE + 'colour = "blue"\n'),
             "app.lock.toml:10: fetch[0].colour: unknown field — the fields of a fetch are method, "
-            "url, accept, body-digest, status, location, digest, size, content-type, "
+            "url, accept, git-protocol, body-digest, status, location, digest, size, content-type, "
             "content-encoding, content-disposition, content-length",
         ),
         (

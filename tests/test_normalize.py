@@ -363,6 +363,18 @@ def test_normalize_request_headers() -> None:
     )
 
 
+def test_git_protocol_selects_the_answer_and_is_part_of_the_key() -> None:
+    url = "https://h/repo.git/info/refs?service=git-upload-pack"
+    v0 = normalize_request("GET", url)
+    v2 = normalize_request("GET", url, headers=[("Git-Protocol", " version=2 ")])
+    assert v2.git_protocol == "version=2"
+    assert v0 != v2
+    assert v0.sort_key() < v2.sort_key()
+    assert normalize_request("GET", url, headers=[("git-protocol", "")]) == v0
+    spaced = normalize_request("GET", url, headers=[("Git-Protocol", "version=2 : x=1")])
+    assert spaced.git_protocol == "version=2:x=1"
+
+
 @pytest.mark.parametrize(
     ("method", "message"),
     [
@@ -397,7 +409,9 @@ def test_host(url: str, host: str) -> None:
 
 
 def test_request_key_rejects_empty_strings() -> None:
-    with pytest.raises(ValueError, match="accept and body_digest are None or non-empty"):
+    with pytest.raises(
+        ValueError, match="accept, git_protocol and body_digest are None or non-empty"
+    ):
         RequestKey(method="GET", url="http://h/", accept="")
 
 

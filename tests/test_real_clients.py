@@ -267,12 +267,6 @@ def test_git_recorded_at_a_terminal_replays_in_ci(
     assert clone_result(work / "ci") == clone_result(work / "laptop")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: the key ignores the Git-Protocol request header, which selects the "
-    "info/refs response (v2 capabilities or the v0 ref list); a v0 client is served the v2 "
-    "answer and git clones an empty repository with exit status 0",
-)
 def test_git_protocol_v0_replay_of_a_v2_recording_is_refused(
     tmp_path: Path, git_origin: HTTPSOrigin
 ) -> None:

@@ -69,7 +69,12 @@ class Record:
     only the others go upstream and are added, and nothing is removed.
     """
 
-    def __init__(self, store: Store | None = None) -> None:
+    def __init__(
+        self,
+        store: Store | None = None,
+        *,
+        secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS,
+    ) -> None:
         self._given_store = store
         self.store: Store | None = store
         self.lock_path = Path("fetchproxy.lock.toml")
@@ -77,7 +82,7 @@ class Record:
         self.stats = RecordStats()
         self.journal: Journal | None = None
         self.events = EventLog(None)
-        self.secret_params = DEFAULT_SECRET_PARAMS
+        self.secret_params = secret_params
         self.lock_written = False
         self._pending: set[str] = set()
         """Flows forwarded upstream whose answer is not yet stored (or failed)."""

@@ -52,14 +52,19 @@ class ReplayStats:
 class Replay:
     """Options ``replay_lock``, ``replay_store`` and ``replay_log``."""
 
-    def __init__(self, store: Store | None = None) -> None:
+    def __init__(
+        self,
+        store: Store | None = None,
+        *,
+        secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS,
+    ) -> None:
         self._given_store = store
         self.store: Store | None = store
         self.lock = Lock()
         self.lock_path = Path("fetchproxy.lock.toml")
         self.events = EventLog(None)
         self.stats = ReplayStats()
-        self.secret_params = DEFAULT_SECRET_PARAMS
+        self.secret_params = secret_params
         self.used: set[RequestKey] = set()
         self.refused: list[RequestKey] = []
         self.answers: LockAnswers | None = None

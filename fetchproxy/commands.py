@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from fetchproxy.ca import ensure_persistent_ca, persistent_ca_dir
+from fetchproxy.config import config_path_for, load_config
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.journal import journal_path, read_journal
 from fetchproxy.lock import DuplicateFetchError, Lock
@@ -40,6 +41,7 @@ def serve(args: argparse.Namespace) -> int:
         upstream_ca=tuple(args.upstream_ca),
         keep=args.keep,
         exact=args.exact,
+        secret_params=load_config(config_path_for(args.lock)).secret_params,
     )
     return run_serve(settings)
 
@@ -64,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         sandbox=not args.no_sandbox,
         keep=getattr(args, "keep", False),
         exact=getattr(args, "exact", False),
+        secret_params=load_config(config_path_for(args.lock)).secret_params,
     )
     return run_build(request)
 

@@ -30,6 +30,7 @@ from fetchproxy.atomicfile import write_atomic
 from fetchproxy.digest import digest_bytes, hex_of
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.journal import journal_path
+from fetchproxy.normalize import DEFAULT_SECRET_PARAMS
 from fetchproxy.store import Store
 
 Mode = Literal["record", "replay"]
@@ -62,6 +63,8 @@ class ProxySettings:
     log: Path | None = None
     upstream_ca: Sequence[Path] = ()
     http2: bool = True
+    secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS
+    """Query parameters removed from every key (the built-in list plus fetchproxy.toml's)."""
     keep: bool = False
     """record: keep the existing lock, record only what it lacks (``--keep``)."""
     exact: bool = False
@@ -114,7 +117,9 @@ class ProxyRun:
         self.settings = settings
         self.lifecycle = Lifecycle(on_running)
         self.addon: Record | Replay = (
-            Record(settings.store) if settings.mode == "record" else Replay(settings.store)
+            Record(settings.store, secret_params=settings.secret_params)
+            if settings.mode == "record"
+            else Replay(settings.store, secret_params=settings.secret_params)
         )
         self._master: master.Master | None = None
         self._task: asyncio.Task[None] | None = None

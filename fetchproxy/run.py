@@ -25,6 +25,7 @@ from pathlib import Path
 
 from fetchproxy.buildenv import build_environment, wgetrc_text
 from fetchproxy.ca import generate_ephemeral_ca
+from fetchproxy.normalize import DEFAULT_SECRET_PARAMS
 from fetchproxy.proxy import Mode, ProxyRun, ProxySettings
 from fetchproxy.sandbox import BuildProcess, Sandbox, SandboxError
 from fetchproxy.serve import finish
@@ -47,6 +48,7 @@ class RunRequest:
     sandbox: bool = True
     keep: bool = False
     exact: bool = False
+    secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS
 
 
 def _system_bundle() -> bytes:
@@ -90,6 +92,7 @@ def _settings(request: RunRequest, confdir: Path, host: str, port: int) -> Proxy
         upstream_ca=tuple(request.upstream_ca),
         keep=request.keep,
         exact=request.exact,
+        secret_params=request.secret_params,
     )
 
 

@@ -312,9 +312,14 @@ PIP_WHEELS = (
 )
 
 
+BASE_PYTHON = str(Path(sys.base_prefix) / "bin" / "python3")
+"""The interpreter outside the test's venv: the venv may live in a checkout under /tmp, which
+the sandbox makes private; the base installation (with its own pip) is where the build sees it."""
+
+
 def pip_install(index_url: str) -> list[str]:
     return [
-        sys.executable,
+        BASE_PYTHON,
         "-I",  # isolated: no PYTHONPATH, no user site
         "-m",
         "pip",

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import http.server
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -136,3 +138,39 @@ def test_a_build_is_required(tmp_path: Path) -> None:
     result = fetchproxy(tmp_path, "record")
     assert result.returncode == 2
     assert "needs a build: fetchproxy record -- BUILD..." in result.stderr
+
+
+def test_sigterm_is_forwarded_to_the_build_and_the_lock_is_written(
+    tmp_path: Path, origin: str
+) -> None:
+    before = namespaces_and_veths()
+    build = (
+        f"curl -sSf -o got.txt {origin}/file.txt; "
+        "trap 'echo build got TERM; exit 7' TERM; touch ready; "
+        "while :; do sleep 0.1; done"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fetchproxy", "record", "--", "sh", "-c", build],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "FETCHPROXY_STORE": str(tmp_path / "store")},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "ready").exists():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the build never got ready"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 7, err
+    assert "build got TERM" in out
+    assert "fetchproxy: recorded 1 fetch" in err
+    assert f'url = "{origin}/file.txt"' in (tmp_path / "fetchproxy.lock.toml").read_text()
+    assert namespaces_and_veths() == before

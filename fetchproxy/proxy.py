@@ -62,7 +62,10 @@ class ProxySettings:
     listen_port: int = 8080
     log: Path | None = None
     upstream_ca: Sequence[Path] = ()
-    http2: bool = True
+    http2: bool = False
+    """HTTP/2 to clients and origins. Off by default: measured in bench/proxy_bench.py, mitmproxy
+    receives a large body over HTTP/2 at 28-44 % of its HTTP/1.1 rate and sends one at 76-83 %,
+    while small requests gain nothing consistent (docs/benchmarks.md)."""
     secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS
     """Query parameters removed from every key (the built-in list plus fetchproxy.toml's)."""
     keep: bool = False

@@ -183,6 +183,7 @@ def start_proxy(paths: Paths, origin_pki: OriginPKI) -> Iterator[StartProxy]:
             "listen_port": 0,
             "log": paths.log,
             "upstream_ca": (origin_pki.ca_cert,),
+            "http2": True,  # the product's default is HTTP/1.1; the tests cover both
         }
         values.update(overrides)
         proxy = ProxyThread(ProxySettings(**values))  # type: ignore[arg-type]

@@ -466,3 +466,13 @@ def test_a_200_mb_body_streams_through_record_and_replay(rig: Rig) -> None:
     # origin, proxy and client share this process: buffering the body anywhere costs 200 MB
     assert peak_after - peak_before < 100 * 1024 * 1024
     shutil.rmtree(rig.paths.store)  # 200 MB that pytest would otherwise keep around
+
+
+def test_http2_is_off_by_default_so_both_legs_speak_http1(rig: Rig) -> None:
+    """HTTP/2 costs throughput in mitmproxy (docs/benchmarks.md): a client that offers it gets
+    HTTP/1.1, and so does the origin."""
+    recorder = rig.start("record", http2=False)
+    got = rig.curl(recorder, "/small.txt", http2=True)
+    assert (got.status, got.protocol) == (200, "HTTP/1.1")
+    assert recorder.stop() == 0
+    assert [r.protocol for r in rig.origin.requests] == ["HTTP/1.1"]

@@ -39,6 +39,9 @@ from fetchproxy.store import (
 
 logger = logging.getLogger("fetchproxy.replay")
 
+SHOWN_REFUSALS = 10
+"""Refused requests named in the end-of-run summary; the event log has every one."""
+
 
 class ReplayStats:
     """What a replay run did, for the summary line."""
@@ -67,6 +70,7 @@ class Replay:
         self.secret_params = secret_params
         self.used: set[RequestKey] = set()
         self.refused: list[RequestKey] = []
+        """The first refused requests, for the summary (all of them are in the event log)."""
         self.answers: LockAnswers | None = None
 
     def load(self, loader: addonmanager.Loader) -> None:
@@ -156,7 +160,8 @@ class Replay:
 
     def _record_refusal(self, key: RequestKey, *, reason: str) -> None:
         self.stats.refused += 1
-        self.refused.append(key)
+        if len(self.refused) < SHOWN_REFUSALS:
+            self.refused.append(key)
         self.events.refused(key, reason=reason, nearest=nearest(self.lock, key))
 
     # -------------------------------------------------------------------------------- responses

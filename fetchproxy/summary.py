@@ -13,8 +13,6 @@ if TYPE_CHECKING:
     from addons.record import Record
     from addons.replay import Replay
 
-_SHOWN_REFUSALS = 10
-
 
 def _plural(count: int, word: str) -> str:
     return (
@@ -48,10 +46,8 @@ def replay_summary(replay: Replay, *, lock: Path) -> str:
         f"fetchproxy: served {_plural(stats.served, 'fetch')} ({human_bytes(stats.bytes)}) "
         f"from {lock}; refused {stats.refused}"
     ]
-    lines.extend(
-        f"fetchproxy:   refused {k.method} {k.url}" for k in replay.refused[:_SHOWN_REFUSALS]
-    )
-    hidden = len(replay.refused) - _SHOWN_REFUSALS
+    lines.extend(f"fetchproxy:   refused {k.method} {k.url}" for k in replay.refused)
+    hidden = stats.refused - len(replay.refused)
     if hidden > 0:
         lines.append(f"fetchproxy:   ... and {hidden} more (see the event log)")
     unused = replay.unused()

@@ -277,6 +277,11 @@ class DiskBlobWriter(BlobWriter):
             self._join_flusher()
             if self._flush_error is not None:
                 raise self._flush_error
+            if target.exists() and _touch(target):
+                # The store has these bytes already (a re-recorded body): keep that blob, made
+                # fresh for gc by the touch, and spare the temp file its fsync.
+                self._discard()
+                return
             os.fsync(self._fd)
             os.fchmod(self._fd, BLOB_MODE)
             fd, self._fd = self._fd, -1

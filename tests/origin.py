@@ -13,7 +13,6 @@ import contextlib
 import datetime
 import gzip
 import hashlib
-import ipaddress
 import itertools
 import json
 import random
@@ -33,10 +32,8 @@ import h2.connection  # type: ignore[import-untyped,unused-ignore]
 import h2.events  # type: ignore[import-untyped,unused-ignore]
 import h2.exceptions  # type: ignore[import-untyped,unused-ignore]
 import h11
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from fetchproxy.ca import generate_ca
 
 # ----------------------------------------------------------------------------------- certificates
 
@@ -50,77 +47,22 @@ class OriginPKI:
     key: Path
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
 def make_pki(directory: Path) -> OriginPKI:
-    """A fresh CA and a certificate it signed for 127.0.0.1 and localhost, written as PEM."""
+    """A fresh CA and a certificate it signed for 127.0.0.1 and localhost, written as PEM.
+
+    Made with fetchproxy's own CA code, a different CA from the proxy's: the origin's.
+    """
     directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("fetchproxy test origin CA")
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name("127.0.0.1"))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca = generate_ca("fetchproxy test origin CA", lifetime=datetime.timedelta(days=2))
+    cert_pem, key_pem = ca.issue_server_certificate(["127.0.0.1", "localhost"])
     pki = OriginPKI(
         ca_cert=directory / "origin-ca.pem",
         cert=directory / "origin-cert.pem",
         key=directory / "origin-key.pem",
     )
-    pki.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    pki.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pki.key.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    pki.ca_cert.write_bytes(ca.cert_pem)
+    pki.cert.write_bytes(cert_pem)
+    pki.key.write_bytes(key_pem)
     return pki
 
 

@@ -117,7 +117,16 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         sub = commands.add_parser(mode, help=help_text)
         _add_proxy_options(sub, record=mode == "record")
-        sub.add_argument(
+        isolation = sub.add_mutually_exclusive_group()
+        isolation.add_argument(
+            "--sandbox",
+            choices=("auto", "root", "user"),  # fetchproxy.sandbox.SANDBOX_CHOICES
+            default="auto",
+            help="which network sandbox: root (network namespaces and a veth pair; needs root), "
+            "user (an unprivileged user and network namespace with only loopback), or auto "
+            "(root when possible, else user; the default)",
+        )
+        isolation.add_argument(
             "--no-sandbox",
             action="store_true",
             help="run BUILD with the host's network (only clients honouring proxy variables "

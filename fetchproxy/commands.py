@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         store=open_store(args.store),
         log=args.log,
         upstream_ca=tuple(getattr(args, "upstream_ca", ())),
-        sandbox=not args.no_sandbox,
+        sandbox="none" if args.no_sandbox else args.sandbox,
         keep=getattr(args, "keep", False),
         exact=getattr(args, "exact", False),
         secret_params=load_config(config_path_for(args.lock)).secret_params,

@@ -1,12 +1,20 @@
 """``fetchproxy record -- BUILD`` and ``fetchproxy replay -- BUILD``: a build in the sandbox.
 
 Per run: a private temporary directory (0700) with a fresh ephemeral CA whose key never leaves
-it; the sandbox (two network namespaces and a veth pair, :mod:`fetchproxy.sandbox`); the proxy
-listening in the edge namespace (the event-loop thread enters the edge, mitmproxy binds, and the
-``running`` hook moves the thread back, so upstream connections are made from the host
-namespace); then the build, with the proxy and CA variables set. SIGINT and SIGTERM are
-forwarded to the build. When it ends the proxy stops, the lock is written (record) and a
-summary goes to stderr.
+it; the sandbox (:mod:`fetchproxy.sandbox`), then the proxy, then the build with the proxy and
+CA variables set. Which sandbox (``--sandbox``, :func:`~fetchproxy.sandbox.available_sandbox`):
+
+- **root**: two network namespaces and a veth pair. The proxy listens in the edge namespace
+  (the event-loop thread enters the edge, mitmproxy binds, and the ``running`` hook moves the
+  thread back, so upstream connections are made from the host namespace).
+- **user**, without root: a user and network namespace with only lo. The proxy listens on the
+  host's loopback, and a :class:`~fetchproxy.relay.Relay` pipes to it what arrives on the
+  listener the sandbox made on its own loopback; one line on stderr says so, and what this
+  sandbox lacks compared to the root one.
+- **none** (``--no-sandbox``): the host's network, said on stderr.
+
+SIGINT and SIGTERM are forwarded to the build. When it ends the proxy stops, the lock is
+written (record) and a summary goes to stderr.
 
 Exit status: the build's own when it failed; else 3 when replay refused anything; else 0.
 """
@@ -14,6 +22,7 @@ Exit status: the build's own when it failed; else 3 when replay refused anything
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import ssl
@@ -22,19 +31,23 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from fetchproxy.buildenv import build_environment, wgetrc_text
 from fetchproxy.ca import generate_ephemeral_ca
 from fetchproxy.normalize import DEFAULT_SECRET_PARAMS
 from fetchproxy.proxy import Mode, ProxyRun, ProxySettings
-from fetchproxy.sandbox import BuildProcess, Sandbox, SandboxError
+from fetchproxy.relay import Relay
+from fetchproxy.sandbox import BuildProcess, Sandbox, SandboxError, UserSandbox, available_sandbox
 from fetchproxy.serve import finish
 from fetchproxy.store import Store
 
 REFUSED_STATUS = 3
 PROXY_PORT = 3128
-"""The proxy's port in the edge namespace (private to the run, so it never clashes)."""
+"""The proxy's port as the build sees it: in the edge namespace (root sandbox) or on the
+sandbox's own loopback (user sandbox); private to the run, so it never clashes."""
 _INSIDE = "/run/fetchproxy"
+SandboxMode = Literal["auto", "root", "user", "none"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +58,7 @@ class RunRequest:
     store: Store
     log: Path | None = None
     upstream_ca: Sequence[Path] = ()
-    sandbox: bool = True
+    sandbox: SandboxMode = "auto"
     keep: bool = False
     exact: bool = False
     secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS
@@ -74,10 +87,16 @@ async def _run(request: RunRequest, tmp: Path) -> int:
     ca = generate_ephemeral_ca()
     ca.write(confdir)
     bundle = _system_bundle() + b"\n" + ca.cert_pem
-    if request.sandbox:
+    if request.sandbox == "none":
+        return await _run_unsandboxed(request, confdir, tmp, bundle)
+    kind, reason = available_sandbox(request.sandbox)
+    if kind is None:
+        raise SandboxError(reason)
+    if kind == "root":
         with Sandbox(proxy_port=PROXY_PORT) as sandbox:
-            return await _run_sandboxed(request, sandbox, confdir, bundle)
-    return await _run_unsandboxed(request, confdir, tmp, bundle)
+            return await _run_in_root_sandbox(request, sandbox, confdir, bundle)
+    with UserSandbox(proxy_port=PROXY_PORT) as user_sandbox:
+        return await _run_in_user_sandbox(request, user_sandbox, confdir, bundle)
 
 
 def _settings(request: RunRequest, confdir: Path, host: str, port: int) -> ProxySettings:
@@ -96,7 +115,7 @@ def _settings(request: RunRequest, confdir: Path, host: str, port: int) -> Proxy
     )
 
 
-async def _run_sandboxed(
+async def _run_in_root_sandbox(
     request: RunRequest, sandbox: Sandbox, confdir: Path, bundle: bytes
 ) -> int:
     settings = _settings(request, confdir, sandbox.edge_address, PROXY_PORT)
@@ -115,22 +134,68 @@ async def _run_sandboxed(
             f"internal error: threads {stray} were started while the proxy was "
             "binding in the edge namespace and would make upstream connections from there"
         )
+    try:
+        status = await _build(request, sandbox, bundle, f"{sandbox.edge_address}:{PROXY_PORT}")
+    except BaseException:
+        await proxy.stop()
+        raise
+    await proxy.stop()
+    return _exit_status(status, proxy)
+
+
+async def _run_in_user_sandbox(
+    request: RunRequest, sandbox: UserSandbox, confdir: Path, bundle: bytes
+) -> int:
+    relay_ports: set[int] = set()
+    settings = dataclasses.replace(
+        _settings(request, confdir, "127.0.0.1", 0), only_client_ports=relay_ports
+    )
+    proxy = ProxyRun(settings)
+    await proxy.start()
+    host, port = proxy.addresses[0][:2]
+    relay = Relay(sandbox.accept_socket(), (host, port), source_ports=relay_ports)
+    try:
+        await relay.start()
+        inside = f"{sandbox.proxy_host}:{sandbox.proxy_port}"
+        print(user_sandbox_notice(request.sandbox, inside, f"{host}:{port}"), file=sys.stderr)
+        status = await _build(request, sandbox, bundle, inside)
+    except BaseException:
+        await relay.stop()
+        await proxy.stop()
+        raise
+    await relay.stop()
+    await proxy.stop()
+    return _exit_status(status, proxy)
+
+
+def user_sandbox_notice(choice: SandboxMode, inside: str, outside: str) -> str:
+    """The line that says the build runs in the user sandbox, and what it lacks.
+
+    ``inside``: the proxy's address as the build sees it; ``outside``: the proxy's own listener.
+    """
+    why = "not root, so the build runs" if choice == "auto" else "the build runs"
+    return (
+        f"fetchproxy: {why} in the unprivileged sandbox: a network namespace with only its "
+        f"own loopback, where the proxy is relayed in at {inside}. Unlike the root sandbox "
+        f"it maps only uid {os.getuid()} (the build cannot chown files to other users), and "
+        f"the proxy also listens on the host's {outside} during the run"
+    )
+
+
+async def _build(
+    request: RunRequest, sandbox: Sandbox | UserSandbox, bundle: bytes, proxy_address: str
+) -> int:
+    """Run the build in ``sandbox`` through the proxy at ``proxy_address``; its exit status."""
     ca_path = f"{_INSIDE}/ca-bundle.pem"
     env = build_environment(
         os.environ,
-        proxy_url=f"http://{sandbox.edge_address}:{PROXY_PORT}",
+        proxy_url=f"http://{proxy_address}",
         ca_bundle=ca_path,
         wgetrc=f"{_INSIDE}/wgetrc",
     )
     files = {"ca-bundle.pem": bundle, "wgetrc": wgetrc_text(ca_path).encode()}
-    try:
-        build = sandbox.spawn(request.argv, env=env, cwd=Path.cwd(), files=files)
-    except BaseException:
-        await proxy.stop()
-        raise
-    status = await _wait(build)
-    await proxy.stop()
-    return _exit_status(status, proxy)
+    build = sandbox.spawn(request.argv, env=env, cwd=Path.cwd(), files=files)
+    return await _wait(build)
 
 
 async def _run_unsandboxed(request: RunRequest, confdir: Path, tmp: Path, bundle: bytes) -> int:

@@ -14,11 +14,37 @@ fails fast), and a user namespace that leaves it no capability over anything
 of the host's. ``linux.py`` wraps the system calls; ``support.py`` says
 whether all this is possible here. docs/sandbox.md has the guarantees.
 
+Without root, :class:`UserSandbox` (``user.py``) builds what an unprivileged
+process can: a user namespace and a network namespace with only lo, where a
+holder process (``holder.py`` and ``userns.py``) opens the proxy's listening
+socket and hands it out; builds run as above, started by an entry process of
+their own. :func:`available_sandbox` picks the sandbox for a ``--sandbox`` choice.
+
 The sandbox knows nothing of HTTP.
 """
 
 from fetchproxy.sandbox.build import BuildProcess
 from fetchproxy.sandbox.root import Sandbox
-from fetchproxy.sandbox.support import SandboxError, sandbox_support
+from fetchproxy.sandbox.support import (
+    SANDBOX_CHOICES,
+    SandboxChoice,
+    SandboxError,
+    SandboxKind,
+    available_sandbox,
+    sandbox_support,
+    user_sandbox_support,
+)
+from fetchproxy.sandbox.user import UserSandbox
 
-__all__ = ["BuildProcess", "Sandbox", "SandboxError", "sandbox_support"]
+__all__ = [
+    "SANDBOX_CHOICES",
+    "BuildProcess",
+    "Sandbox",
+    "SandboxChoice",
+    "SandboxError",
+    "SandboxKind",
+    "UserSandbox",
+    "available_sandbox",
+    "sandbox_support",
+    "user_sandbox_support",
+]

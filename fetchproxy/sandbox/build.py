@@ -6,6 +6,11 @@ there; the thread then ends, so the launcher's own threads never change
 namespace. The launcher writes the supervisor's user-namespace maps when asked
 (only a process outside that namespace may write them) and returns once the
 build's ``exec`` has succeeded, or raises :class:`SandboxError` with the reason.
+
+For the unprivileged sandbox (``user.py``) the launcher can neither join the
+network namespace nor create a PID namespace: an entry process of its own
+(``userns.py``) joins the sandbox's user and network namespaces, creates the
+PID namespace and forks the supervisor, which then maps its ids itself.
 """
 
 from __future__ import annotations
@@ -16,31 +21,17 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import fetchproxy
 from fetchproxy.sandbox import linux
+from fetchproxy.sandbox.bare import bare_command
 from fetchproxy.sandbox.mountplan import PRIVATE_DIR_CANDIDATES, MountPlan, plan_mounts
 from fetchproxy.sandbox.netns import in_new_thread
 from fetchproxy.sandbox.supervisor import STEP_EXEC, LineReader, format_message, parse_message
 from fetchproxy.sandbox.support import SandboxError
 
 _HANDSHAKE_TIMEOUT = 60.0
-_PACKAGE_PARENT = str(Path(fetchproxy.__file__).resolve().parent.parent)
-# Imports the supervisor without running fetchproxy's and fetchproxy.sandbox's
-# __init__ modules (and all they import): bare package objects stand in for them.
-_BOOTSTRAP = """\
-import sys, types
-root = sys.argv.pop(1)
-for name in ("fetchproxy", "fetchproxy.sandbox"):
-    package = types.ModuleType(name)
-    package.__path__ = [root + "/" + name.replace(".", "/")]
-    sys.modules[name] = package
-from fetchproxy.sandbox.supervisor import main
-main(sys.argv[1:])
-"""
 
 
 def identity_map(own_map: str) -> str:
@@ -142,9 +133,8 @@ def _start_supervisor(
     def start() -> subprocess.Popen[bytes]:
         linux.setns(netns_fd, linux.CLONE_NEWNET)
         linux.unshare(linux.CLONE_NEWPID)  # for this thread's children only
-        command = [sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP, _PACKAGE_PARENT]
         return subprocess.Popen(
-            [*command, *(str(fd) for fd in pass_fds)],
+            bare_command("fetchproxy.sandbox.supervisor", *(str(fd) for fd in pass_fds)),
             pass_fds=pass_fds,
             cwd="/",
             stdin=stdio[0],
@@ -153,6 +143,24 @@ def _start_supervisor(
         )
 
     return in_new_thread(start)
+
+
+def _start_entry(
+    userns_fd: int,
+    netns_fd: int,
+    pass_fds: tuple[int, ...],
+    stdio: tuple[int | None, int | None, int | None],
+) -> subprocess.Popen[bytes]:
+    """Start the supervisor through ``userns.py``'s entry, which joins the user sandbox."""
+    fds = (userns_fd, netns_fd, *pass_fds)
+    return subprocess.Popen(
+        bare_command("fetchproxy.sandbox.userns", "entry", *(str(fd) for fd in fds)),
+        pass_fds=fds,
+        cwd="/",
+        stdin=stdio[0],
+        stdout=stdio[1],
+        stderr=stdio[2],
+    )
 
 
 def _write_maps(pid: int) -> None:
@@ -186,11 +194,13 @@ def spawn(
     stdin: int | None = None,
     stdout: int | None = None,
     stderr: int | None = None,
+    userns_fd: int | None = None,
 ) -> BuildProcess:
     """Run ``argv`` in the sandbox whose network namespace is ``netns_fd``.
 
     ``stdin``, ``stdout``, ``stderr``: file descriptors for the build; None
-    inherits the launcher's.
+    inherits the launcher's. ``userns_fd``: the user namespace that owns
+    ``netns_fd``, for the unprivileged sandbox.
     """
     if not argv:
         raise ValueError("the build command is empty")
@@ -199,14 +209,24 @@ def spawn(
         plan = mount_plan(cwd=real_cwd, keep=[str(p) for p in keep], files=files or {})
     except ValueError as error:
         raise SandboxError(f"cannot run the build in the sandbox: {error}") from error
-    config = {"argv": list(argv), "env": dict(env), "cwd": real_cwd, "plan": plan.to_spec()}
+    config = {
+        "argv": list(argv),
+        "env": dict(env),
+        "cwd": real_cwd,
+        "plan": plan.to_spec(),
+        "map_self": userns_fd is not None,
+    }
     config_fd = os.memfd_create("fetchproxy-sandbox-config")
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         with os.fdopen(os.dup(config_fd), "wb") as f:
             marshal.dump(config, f)
         os.lseek(config_fd, 0, os.SEEK_SET)
-        process = _start_supervisor(netns_fd, (child.fileno(), config_fd), (stdin, stdout, stderr))
+        fds, stdio = (child.fileno(), config_fd), (stdin, stdout, stderr)
+        if userns_fd is None:
+            process = _start_supervisor(netns_fd, fds, stdio)
+        else:
+            process = _start_entry(userns_fd, netns_fd, fds, stdio)
     except BaseException:
         parent.close()
         raise

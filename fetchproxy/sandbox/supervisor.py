@@ -12,7 +12,8 @@ root:
 2. ``unshare(CLONE_NEWUSER | CLONE_NEWNS)``: from here on it holds no
    capability over any host namespace, and every mount above is locked. It
    asks the launcher (``map``) to write its identity uid/gid maps and waits
-   for ``go``;
+   for ``go`` (in the unprivileged sandbox, where the launcher may not write
+   them, it maps its one id itself);
 3. forks and execs the build, reports ``running`` or ``error``; passes on to
    the build the signals the launcher sends (a terminal's signals reach the
    build directly, and the launcher's copy of one is dropped);
@@ -176,11 +177,41 @@ def apply_mount_plan(plan: dict[str, Any]) -> None:
         readonly_tree(top)
 
 
-def enter_user_namespace(control: int, reader: LineReader) -> None:
+def write_proc_self(name: str, data: str) -> None:
+    path = "/proc/self/" + name
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, data.encode())  # one write(2): the kernel takes a map in a single write
+        finally:
+            os.close(fd)
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, path) from None
+
+
+def map_own_ids() -> None:
+    """Map uid and gid 0 to 0 of the parent user namespace: the one id it has there.
+
+    Allowed without privilege in the parent once setgroups(2) is denied, which a
+    nested namespace of the unprivileged sandbox inherits anyway. The files in
+    /proc/self belong to the host's root while the process is not dumpable, so
+    it is dumpable for as long as it writes them (the build does not exist yet).
+    """
+    linux.prctl(linux.PR_SET_DUMPABLE, 1)
+    write_proc_self("setgroups", "deny")
+    write_proc_self("gid_map", "0 0 1\n")
+    write_proc_self("uid_map", "0 0 1\n")
+    linux.prctl(linux.PR_SET_DUMPABLE, 0)
+
+
+def enter_user_namespace(control: int, reader: LineReader, *, map_self: bool) -> None:
     linux.unshare(linux.CLONE_NEWUSER | linux.CLONE_NEWNS)
-    send(control, "map")
-    if reader.read_line() != b"go":
-        os._exit(EXIT_SETUP_FAILED)  # the launcher is gone
+    if map_self:
+        map_own_ids()
+    else:
+        send(control, "map")
+        if reader.read_line() != b"go":
+            os._exit(EXIT_SETUP_FAILED)  # the launcher is gone
     if os.getuid() != 0 or os.getgid() != 0:
         raise OSError(0, f"uid {os.getuid()} gid {os.getgid()} in the user namespace, not 0")
 
@@ -265,7 +296,11 @@ def main(args: list[str]) -> NoReturn:
         linux.prctl(linux.PR_SET_DUMPABLE, 0)
         linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWIPC)
         apply_mount_plan(config["plan"])
-        enter_user_namespace(control, LineReader(lambda size: os.read(control, size)))
+        enter_user_namespace(
+            control,
+            LineReader(lambda size: os.read(control, size)),
+            map_self=config.get("map_self", False),
+        )
         step = STEP_EXEC
         build = start_build(config["argv"], config["env"], config["cwd"])
     except OSError as error:

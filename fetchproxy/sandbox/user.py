@@ -1,0 +1,144 @@
+"""The network sandbox for a launcher without root: :class:`UserSandbox`.
+
+One user namespace (the launcher's uid and gid mapped to 0) and a network namespace it owns,
+with only lo: no veth, no route, nothing of the host's. The proxy cannot listen in there (the
+launcher may not join it while it has threads), so a listener on the sandbox's own
+127.0.0.1 is created inside by a short-lived holder process (``holder.py``, ``userns.py``) and
+handed out: :meth:`UserSandbox.accept_socket`. The caller relays what arrives there to the
+proxy, which listens on the host's loopback (``fetchproxy/relay.py``).
+
+Builds run as with :class:`~fetchproxy.sandbox.Sandbox`: a PID namespace with the supervisor
+as PID 1, the same private mounts, and a nested user namespace that locks them.
+docs/sandbox.md says what this sandbox guarantees and what it lacks compared to the root one.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from fetchproxy.sandbox.build import BuildProcess, spawn
+from fetchproxy.sandbox.holder import UserNamespaceError, UserNamespaces, create_user_namespaces
+from fetchproxy.sandbox.support import NO_SANDBOX_HINT, SandboxError, user_sandbox_problem
+from fetchproxy.sandbox.userns import PROXY_HOST
+
+# What the supervisor reports when the kernel refuses it a fresh /proc (see masked_proc_error).
+_PROC_REFUSED = "cannot set up the sandbox for the build: /proc: mount: Operation not permitted"
+
+
+def masked_proc_error(error: SandboxError) -> SandboxError:
+    """``error``, explained when it is the kernel's refusal of a fresh /proc.
+
+    In a user namespace, the kernel mounts a new /proc only where the whole of the
+    existing one is visible: where mounts hide parts of it (/proc/keys, /proc/kcore, ...,
+    as container runtimes do), it refuses.
+    """
+    if error.errno != errno.EPERM or str(error) != _PROC_REFUSED:
+        return error
+    return SandboxError(
+        "cannot set up the sandbox for the build: the kernel refuses the unprivileged sandbox "
+        "a fresh /proc, because mounts hide parts of this machine's /proc (as in most "
+        f"containers). Run fetchproxy as root for the root sandbox, {NO_SANDBOX_HINT}.",
+        errno=error.errno,
+    )
+
+
+class UserSandbox:
+    """A user and network namespace with only lo, and builds run in it.
+
+    Use as a context manager: ``__enter__`` creates the namespaces and the
+    listener at :attr:`proxy_host`:``proxy_port`` inside, ``__exit__`` kills any
+    build still running and closes every descriptor (idempotent). Needs no
+    privilege, only unprivileged user namespaces.
+    """
+
+    proxy_host = PROXY_HOST
+
+    def __init__(self, *, proxy_port: int = 8080) -> None:
+        self.proxy_port = proxy_port
+        self._namespaces: UserNamespaces | None = None
+        self._builds: list[BuildProcess] = []
+
+    def __enter__(self) -> UserSandbox:
+        try:
+            self._namespaces = create_user_namespaces(self.proxy_port)
+        except UserNamespaceError as error:
+            problem = user_sandbox_problem(error)
+            raise SandboxError(problem.message(), errno=error.errno) from error
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Kill running builds, close the listener, drop the namespaces."""
+        builds, self._builds = self._builds, []
+        for build in builds:
+            if build.poll() is None:
+                build.kill()
+                build.wait()
+        if self._namespaces is not None:
+            self._namespaces.close()
+            self._namespaces = None
+
+    @property
+    def namespaces(self) -> UserNamespaces:
+        """The user and network namespaces as file descriptors, and the listener."""
+        if self._namespaces is None:
+            raise SandboxError("the sandbox is not set up (use it as `with UserSandbox()`)")
+        return self._namespaces
+
+    def accept_socket(self) -> socket.socket:
+        """The socket listening at ``proxy_host:proxy_port`` inside the sandbox.
+
+        Connections the build makes to the proxy arrive here; :meth:`close`
+        closes it.
+        """
+        return self.namespaces.listener
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: Path | None = None,
+        files: Mapping[str, bytes] | None = None,
+        keep: Sequence[Path] = (),
+        stdin: int | None = None,
+        stdout: int | None = None,
+        stderr: int | None = None,
+    ) -> BuildProcess:
+        """Run ``argv`` in the sandbox, as :meth:`Sandbox.spawn <fetchproxy.sandbox.Sandbox.spawn>`.
+
+        The returned process's ``pid`` is that of the entry process, which
+        passes signals on to the supervisor and exits as it does.
+        """
+        namespaces = self.namespaces
+        try:
+            build = spawn(
+                namespaces.net_fd,
+                argv,
+                env=env,
+                cwd=cwd,
+                files=files,
+                keep=keep,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                userns_fd=namespaces.user_fd,
+            )
+        except SandboxError as error:
+            explained = masked_proc_error(error)
+            if explained is error:
+                raise
+            raise explained from error
+        self._builds.append(build)
+        return build

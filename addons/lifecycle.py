@@ -11,15 +11,32 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from mitmproxy import ctx
+from mitmproxy import connection, ctx
 
 Address = tuple[str, int]
 
 
 class Lifecycle:
-    def __init__(self, on_running: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_running: Callable[[], None] | None = None,
+        *,
+        only_client_ports: set[int] | None = None,
+    ) -> None:
         self._on_running = on_running
+        self._only_client_ports = only_client_ports
         self.listening: asyncio.Future[list[Address]] | None = None
+        self.turned_away = 0
+
+    def client_connected(self, client: connection.Client) -> None:
+        """With a client gate (the user sandbox's relay), refuse every other local process."""
+        ports = self._only_client_ports
+        if ports is None:
+            return
+        host, port = client.peername[:2]
+        if host != "127.0.0.1" or port not in ports:
+            self.turned_away += 1
+            client.error = "fetchproxy: this proxy serves only its sandboxed build"
 
     def running(self) -> None:
         if self._on_running is not None:

@@ -72,6 +72,9 @@ class ProxySettings:
     """record: keep the existing lock, record only what it lacks (``--keep``)."""
     exact: bool = False
     """replay: unused lock entries make the run fail too (``--exact``)."""
+    only_client_ports: set[int] | None = None
+    """When set, the proxy serves only clients from 127.0.0.1 with these source ports (the user
+    sandbox's relay registers its own) and refuses every other local process."""
     extra_options: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -118,7 +121,7 @@ class ProxyRun:
         self, settings: ProxySettings, *, on_running: Callable[[], None] | None = None
     ) -> None:
         self.settings = settings
-        self.lifecycle = Lifecycle(on_running)
+        self.lifecycle = Lifecycle(on_running, only_client_ports=settings.only_client_ports)
         self.addon: Record | Replay = (
             Record(settings.store, secret_params=settings.secret_params)
             if settings.mode == "record"

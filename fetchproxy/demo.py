@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fetchproxy.demo_origin import BASE, DemoOrigin
-from fetchproxy.sandbox import sandbox_support
+from fetchproxy.sandbox import available_sandbox
 
 BUILD = f"""\
 # The demo's build: fetch an index, the latest release (through a redirect), a pinned
@@ -145,12 +145,14 @@ def run_demo(directory: Path | None = None) -> int:
 
 
 def _run(directory: Path) -> int:
-    supported, reason = sandbox_support()
+    kind, reason = available_sandbox("auto")
     print("fetchproxy demo: record a build's fetches, replay them, refuse anything new.")
     print(f"working in {directory}")
-    if not supported:
+    if kind == "user":
+        print("note: not root: the build runs in the unprivileged user sandbox (loopback only).")
+    elif kind is None:
         print(f"note: {reason}\nnote: the demo runs the build with --no-sandbox instead.")
-    demo = Demo(directory, sandbox=supported)
+    demo = Demo(directory, sandbox=kind is not None)
     (directory / "build.sh").write_text(BUILD)
     (directory / "build-new.sh").write_text(BUILD_NEW)
     (directory / "build-v2.sh").write_text(BUILD_V2)

@@ -178,7 +178,8 @@ def user_sandbox_notice(choice: SandboxMode, inside: str, outside: str) -> str:
         f"fetchproxy: {why} in the unprivileged sandbox: a network namespace with only its "
         f"own loopback, where the proxy is relayed in at {inside}. Unlike the root sandbox "
         f"it maps only uid {os.getuid()} (the build cannot chown files to other users), and "
-        f"the proxy also listens on the host's {outside} during the run"
+        f"the proxy also listens on the host's {outside} during the run (it serves only the "
+        "relay's connections)"
     )
 
 

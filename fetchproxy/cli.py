@@ -78,6 +78,12 @@ def _add_proxy_options(parser: argparse.ArgumentParser, *, record: bool) -> None
     parser.add_argument(
         "--log", type=Path, default=None, help="JSON-lines event log (default: beside the lock)"
     )
+    parser.add_argument(
+        "--http2",
+        action="store_true",
+        help="speak HTTP/2 with clients and origins that offer it (off by default: slower "
+        "for large bodies, see docs/benchmarks.md)",
+    )
     if record:
         parser.add_argument(
             "--keep",

@@ -41,6 +41,7 @@ def serve(args: argparse.Namespace) -> int:
         upstream_ca=tuple(args.upstream_ca),
         keep=args.keep,
         exact=args.exact,
+        http2=args.http2,
         secret_params=load_config(config_path_for(args.lock)).secret_params,
     )
     return run_serve(settings)
@@ -66,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         sandbox="none" if args.no_sandbox else args.sandbox,
         keep=getattr(args, "keep", False),
         exact=getattr(args, "exact", False),
+        http2=args.http2,
         secret_params=load_config(config_path_for(args.lock)).secret_params,
     )
     return run_build(request)

@@ -62,6 +62,7 @@ class RunRequest:
     keep: bool = False
     exact: bool = False
     secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS
+    http2: bool = False
 
 
 def _system_bundle() -> bytes:
@@ -112,6 +113,7 @@ def _settings(request: RunRequest, confdir: Path, host: str, port: int) -> Proxy
         keep=request.keep,
         exact=request.exact,
         secret_params=request.secret_params,
+        http2=request.http2,
     )
 
 

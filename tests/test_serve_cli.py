@@ -158,6 +158,10 @@ def test_serve_records_then_replays_and_stops_on_sigterm_and_sigint(
 
     expected = [(200, SMALL), (200, MEDIUM), (200, GZIP_WIRE)]
     assert fetch_all(url) == expected
+    # HTTP/1.1 by default, even to a client that offers HTTP/2
+    assert curl(url, ca_cert, origin.url("/small.txt"), http2=True, tmp=env.home).protocol == (
+        "HTTP/1.1"
+    )
     assert journal_path(env.lock).exists()
     assert recorder.stop(signal.SIGTERM) == 0
     assert not is_listening(url)
@@ -166,15 +170,18 @@ def test_serve_records_then_replays_and_stops_on_sigterm_and_sigint(
     assert len(load_lock(env.lock)) == 3
 
     origin.reset()
-    replayer = serve("replay", *common)
+    replayer = serve("replay", *common, "--http2")
     url = replayer.wait_listening()
     assert fetch_all(url) == expected
+    # --http2: HTTP/2 to clients that offer it
+    h2 = curl(url, ca_cert, origin.url("/small.txt"), http2=True, tmp=env.home / "clients")
+    assert (h2.status, h2.protocol) == (200, "HTTP/2")
     unknown = curl(url, ca_cert, origin.url("/unknown"), tmp=env.home / "clients")
     assert unknown.status == 403
     assert replayer.stop(signal.SIGINT) == 0
     assert not is_listening(url)
     assert replayer.stderr == (
-        f"fetchproxy: served 3 fetches (1.0 MiB) from {env.lock}; refused 1\n"
+        f"fetchproxy: served 4 fetches (1.0 MiB) from {env.lock}; refused 1\n"
         f"fetchproxy:   refused GET {origin.url('/unknown')}\n"
     )
     assert origin.connections == 0

@@ -11,4 +11,12 @@
 - :mod:`proxybench.answer_everything` and :mod:`proxybench.upstream_alpn` are mitmproxy addon
   scripts (the ceiling; a fixed protocol to the origin); :mod:`proxybench.static_origin` is the
   origin used without nginx.
+
+``bench/peers_bench.py`` (fetchproxy against its peers, issue 6) reuses them and adds:
+
+- :mod:`proxybench.peers`: the contenders (fetchproxy replay, mitmdump --server-replay, proxay and
+  talkback installed with npm and run by ``node_peers.js``, nginx) and how each records and serves.
+- :mod:`proxybench.recordings`: every contender records every workload once.
+- :mod:`proxybench.versus`: the workloads (a) to (d) side by side; :mod:`proxybench.first_request`
+  times a start to the first served request; :mod:`proxybench.record_mode` is record mode.
 """

@@ -26,6 +26,8 @@ from fetchproxy.ca import ensure_persistent_ca, generate_ca, persistent_ca_dir
 LOOPBACK = "127.0.0.1"
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 60.0
+PORT_POLL = 0.005
+"""Seconds between attempts to connect to a starting server's port."""
 _HERE = Path(__file__).resolve().parent
 ANSWER_EVERYTHING = _HERE / "answer_everything.py"
 UPSTREAM_ALPN = _HERE / "upstream_alpn.py"
@@ -156,15 +158,18 @@ class Services:
 
     # ---------------------------------------------------------------------------------- origins
 
-    def start_nginx(self, *, root: Path, pki: OriginPKI) -> Service | None:
-        """nginx serving ``root`` over HTTPS (HTTP/1.1 and HTTP/2), or None if not installed."""
+    def start_nginx(self, *, root: Path, pki: OriginPKI, name: str = "nginx") -> Service | None:
+        """nginx serving ``root`` over HTTPS (HTTP/1.1 and HTTP/2), or None if not installed.
+
+        ``name`` names its log and its directory in the work directory: one per nginx process.
+        """
         binary = shutil.which("nginx") or next(
             (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if Path(p).exists()), None
         )
         if binary is None:
             return None
         port = free_port()
-        home = self.workdir / "nginx"
+        home = self.workdir / name
         (home / "tmp").mkdir(parents=True, exist_ok=True)
         temp_paths = "\n".join(
             f"  {kind}_temp_path {home}/tmp/{kind};"
@@ -192,7 +197,7 @@ http {{
 }}
 """
         )
-        service = self._spawn("nginx", [binary, "-e", str(home / "error.log"), "-c", str(config)])
+        service = self._spawn(name, [binary, "-e", str(home / "error.log"), "-c", str(config)])
         return self._await_port(service, port, scheme="https")
 
     def start_static_origin(self, *, root: Path, pki: OriginPKI) -> Service:
@@ -284,6 +289,25 @@ http {{
         service = self._spawn(name, argv)
         return self._await_port(service, port, scheme="http")
 
+    def start_announcing(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        prefix: str = "listening on ",
+        timeout: float = START_TIMEOUT,
+    ) -> Service:
+        """A server that prints ``PREFIX + URL`` as its first line on stdout once it serves."""
+        service = self._spawn(name, argv, env=env, stdout=True)
+        line = _read_line(service, timeout)
+        if not line.startswith(prefix):
+            service.stop(timeout=5)
+            raise ServiceError(f"{name}: unexpected first line {line!r}:\n{service.log_tail()}")
+        service.url = line.removeprefix(prefix).strip()
+        service.port = int(service.url.rsplit(":", 1)[1])
+        return service
+
     def _await_port(self, service: Service, port: int, *, scheme: str) -> Service:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
@@ -298,7 +322,7 @@ http {{
                         f"{service.name} did not listen on {LOOPBACK}:{port} within "
                         f"{START_TIMEOUT:.0f} s:\n{service.log_tail()}"
                     ) from None
-                time.sleep(0.05)
+                time.sleep(PORT_POLL)
         service.port = port
         service.url = f"{scheme}://{LOOPBACK}:{port}"
         return service

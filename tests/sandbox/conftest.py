@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from fetchproxy.sandbox import BuildProcess, Sandbox, linux, rtnetlink
+from fetchproxy.sandbox import BuildProcess, Sandbox, UserSandbox, linux, rtnetlink
 from fetchproxy.sandbox.netns import in_new_thread
 
 IS_ROOT = os.geteuid() == 0
@@ -54,9 +54,9 @@ class BuildResult:
 
 
 class Builds:
-    """Runs Python snippets as builds in a sandbox, output captured in files under tmp_path."""
+    """Runs Python snippets as builds in a sandbox (root or user), output in files."""
 
-    def __init__(self, sandbox: Sandbox, directory: Path) -> None:
+    def __init__(self, sandbox: Sandbox | UserSandbox, directory: Path) -> None:
         self.sandbox = sandbox
         self.directory = directory
         self._count = 0

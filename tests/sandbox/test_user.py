@@ -24,7 +24,7 @@ import tempfile
 import textwrap
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +32,7 @@ import pytest
 
 import fetchproxy
 from fetchproxy.run import user_sandbox_notice
-from fetchproxy.sandbox import BuildProcess, SandboxError, UserSandbox, available_sandbox, linux
+from fetchproxy.sandbox import SandboxError, UserSandbox, available_sandbox, linux
 from fetchproxy.sandbox.holder import UserNamespaceError
 from fetchproxy.sandbox.support import (
     Problem,
@@ -43,7 +43,7 @@ from fetchproxy.sandbox.support import (
 from tests.real_origins import HTTPSOrigin, static_site
 from tests.sandbox.conftest import (
     BUILD_ENV,
-    PYTHON,
+    Builds,
     NamespaceWatch,
     needs_root,
     netns_references,
@@ -201,49 +201,6 @@ def test_as_root_auto_is_the_root_sandbox() -> None:
 # ------------------------------------------------------------------------- from inside the build
 
 
-@dataclass
-class BuildResult:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> object:
-        assert self.returncode == 0, self.stderr
-        return json.loads(self.stdout)
-
-
-class UserBuilds:
-    """Runs Python snippets as builds in a UserSandbox, output captured in files."""
-
-    def __init__(self, sandbox: UserSandbox, directory: Path) -> None:
-        self.sandbox = sandbox
-        self.directory = directory
-        self._count = 0
-
-    def start(
-        self, code: str, *args: str, files: Mapping[str, bytes] | None = None
-    ) -> tuple[BuildProcess, Path, Path]:
-        self._count += 1
-        stdout = self.directory / f"build-{self._count}.out"
-        stderr = self.directory / f"build-{self._count}.err"
-        with stdout.open("wb") as out, stderr.open("wb") as err:
-            build = self.sandbox.spawn(
-                [sys.executable, "-I", "-c", code, *args],
-                env=BUILD_ENV,
-                cwd=self.directory,
-                keep=PYTHON,
-                files=files,
-                stdout=out.fileno(),
-                stderr=err.fileno(),
-            )
-        return build, stdout, stderr
-
-    def run(self, code: str, *args: str, files: Mapping[str, bytes] | None = None) -> BuildResult:
-        build, stdout, stderr = self.start(code, *args, files=files)
-        returncode = build.wait(timeout=30)
-        return BuildResult(returncode, stdout.read_text(), stderr.read_text())
-
-
 @pytest.fixture
 def sandbox() -> Iterator[UserSandbox]:
     needs_root()
@@ -252,11 +209,11 @@ def sandbox() -> Iterator[UserSandbox]:
 
 
 @pytest.fixture
-def builds(sandbox: UserSandbox, tmp_path: Path) -> UserBuilds:
-    return UserBuilds(sandbox, tmp_path)
+def builds(sandbox: UserSandbox, tmp_path: Path) -> Builds:
+    return Builds(sandbox, tmp_path)
 
 
-def test_the_listener_inside_is_the_only_way_out(sandbox: UserSandbox, builds: UserBuilds) -> None:
+def test_the_listener_inside_is_the_only_way_out(sandbox: UserSandbox, builds: Builds) -> None:
     listener = sandbox.accept_socket()
     assert listener.getsockname() == ("127.0.0.1", 3128)
     assert (sandbox.proxy_host, sandbox.proxy_port) == ("127.0.0.1", 3128)
@@ -277,7 +234,7 @@ def test_the_listener_inside_is_the_only_way_out(sandbox: UserSandbox, builds: U
     assert result.json() == ["PING", ["lo"]]
 
 
-def test_host_services_are_unreachable_on_every_address(builds: UserBuilds) -> None:
+def test_host_services_are_unreachable_on_every_address(builds: Builds) -> None:
     addresses = [*host_addresses(), ("inet6", "::1")]
     with host_services() as services:
         ports = {name: sock.getsockname()[1] for name, sock in services.items()}
@@ -321,7 +278,7 @@ def test_host_services_are_unreachable_on_every_address(builds: UserBuilds) -> N
             assert report[address] == [tcp_expected], address
 
 
-def test_literal_addresses_and_dns_fail_fast(builds: UserBuilds) -> None:
+def test_literal_addresses_and_dns_fail_fast(builds: Builds) -> None:
     report = builds.run(
         PROBE
         + textwrap.dedent(
@@ -349,7 +306,7 @@ def test_literal_addresses_and_dns_fail_fast(builds: UserBuilds) -> None:
         assert outcome[1] < 0.5, target
 
 
-def test_host_unix_sockets_and_tmp_are_out_of_reach(builds: UserBuilds) -> None:
+def test_host_unix_sockets_and_tmp_are_out_of_reach(builds: Builds) -> None:
     name = f"fetchproxy-test-{os.getpid()}.sock"
     paths = [Path("/tmp", name), Path("/run", name)]
     servers = []
@@ -391,7 +348,7 @@ def test_host_unix_sockets_and_tmp_are_out_of_reach(builds: UserBuilds) -> None:
 
 
 def test_the_build_holds_no_capability_over_the_sandbox_or_the_host(
-    builds: UserBuilds, tmp_path: Path
+    builds: Builds, tmp_path: Path
 ) -> None:
     report = builds.run(
         textwrap.dedent(
@@ -485,7 +442,7 @@ def test_a_proc_with_hidden_parts_is_refused_with_the_reason(tmp_path: Path) -> 
 # --------------------------------------------------------------------------------- its life
 
 
-def test_exit_codes_and_signals_are_reported_like_subprocess(builds: UserBuilds) -> None:
+def test_exit_codes_and_signals_are_reported_like_subprocess(builds: Builds) -> None:
     assert builds.run("raise SystemExit(3)").returncode == 3
     assert builds.run("import os, signal; os.kill(os.getpid(), signal.SIGTERM)").returncode == (
         -signal.SIGTERM
@@ -524,7 +481,7 @@ def test_nothing_is_left_after_a_normal_exit(tmp_path: Path) -> None:
     needs_root()
     marker = f"fetchproxy-test-{uuid.uuid4()}"
     with UserSandbox() as sandbox:
-        result = UserBuilds(sandbox, tmp_path).run(LEAVE_A_DAEMON, marker, "exit")
+        result = Builds(sandbox, tmp_path).run(LEAVE_A_DAEMON, marker, "exit")
         assert (result.returncode, result.stdout) == (0, "ready\n")
         assert processes_with(marker) == []  # the PID namespace died with the build
         inode = linux.netns_inode(sandbox.namespaces.net_fd)
@@ -537,7 +494,7 @@ def test_leaving_the_sandbox_kills_a_running_build(tmp_path: Path) -> None:
     needs_root()
     marker = f"fetchproxy-test-{uuid.uuid4()}"
     with UserSandbox() as sandbox:
-        build, stdout, _ = UserBuilds(sandbox, tmp_path).start(LEAVE_A_DAEMON, marker, "wait")
+        build, stdout, _ = Builds(sandbox, tmp_path).start(LEAVE_A_DAEMON, marker, "wait")
         wait_for(lambda: "ready" in stdout.read_text())
         assert len(processes_with(marker)) == 2
         inode = linux.netns_inode(sandbox.namespaces.net_fd)

@@ -23,6 +23,7 @@ import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
 
 from fetchproxy.sandbox import linux
 from fetchproxy.sandbox.bare import bare_command
@@ -267,3 +268,32 @@ def _handshake(
     if line != b"running":
         raise _failure(line, argv)
     control.settimeout(None)
+
+
+class BuildOwner:
+    """What both sandboxes share: they keep their builds, and closing kills any still running."""
+
+    def __init__(self) -> None:
+        self._builds: list[BuildProcess] = []
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._kill_builds()
+
+    def _track(self, build: BuildProcess) -> BuildProcess:
+        self._builds.append(build)
+        return build
+
+    def _kill_builds(self) -> None:
+        builds, self._builds = self._builds, []
+        for build in builds:
+            if build.poll() is None:
+                build.kill()
+                build.wait()

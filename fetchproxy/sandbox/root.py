@@ -6,14 +6,13 @@ import contextlib
 import socket
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 
-from fetchproxy.sandbox.build import BuildProcess, spawn
+from fetchproxy.sandbox.build import BuildOwner, BuildProcess, spawn
 from fetchproxy.sandbox.netns import EDGE_INTERFACE, SANDBOX_INTERFACE, NetworkNamespaces
 from fetchproxy.sandbox.support import SandboxError, sandbox_support
 
 
-class Sandbox:
+class Sandbox(BuildOwner):
     """Two fresh network namespaces joined by a veth pair, and builds run in one of them.
 
     Use as a context manager: ``__enter__`` builds the namespaces, ``__exit__``
@@ -28,7 +27,7 @@ class Sandbox:
     def __init__(self, *, proxy_port: int = 8080) -> None:
         self.proxy_port = proxy_port
         self._namespaces: NetworkNamespaces | None = None
-        self._builds: list[BuildProcess] = []
+        super().__init__()
         self._sockets: list[socket.socket] = []
 
     def __enter__(self) -> Sandbox:
@@ -47,21 +46,9 @@ class Sandbox:
             ) from error
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def close(self) -> None:
         """Kill running builds, close :meth:`listen_socket`'s sockets, drop the namespaces."""
-        builds, self._builds = self._builds, []
-        for build in builds:
-            if build.poll() is None:
-                build.kill()
-                build.wait()
+        self._kill_builds()
         sockets, self._sockets = self._sockets, []
         for sock in sockets:
             sock.close()
@@ -135,5 +122,4 @@ class Sandbox:
             stdout=stdout,
             stderr=stderr,
         )
-        self._builds.append(build)
-        return build
+        return self._track(build)

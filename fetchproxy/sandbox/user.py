@@ -18,9 +18,8 @@ import errno
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 
-from fetchproxy.sandbox.build import BuildProcess, spawn
+from fetchproxy.sandbox.build import BuildOwner, BuildProcess, spawn
 from fetchproxy.sandbox.holder import UserNamespaceError, UserNamespaces, create_user_namespaces
 from fetchproxy.sandbox.support import NO_SANDBOX_HINT, SandboxError, user_sandbox_problem
 from fetchproxy.sandbox.userns import PROXY_HOST
@@ -46,7 +45,7 @@ def masked_proc_error(error: SandboxError) -> SandboxError:
     )
 
 
-class UserSandbox:
+class UserSandbox(BuildOwner):
     """A user and network namespace with only lo, and builds run in it.
 
     Use as a context manager: ``__enter__`` creates the namespaces and the
@@ -60,7 +59,7 @@ class UserSandbox:
     def __init__(self, *, proxy_port: int = 8080) -> None:
         self.proxy_port = proxy_port
         self._namespaces: UserNamespaces | None = None
-        self._builds: list[BuildProcess] = []
+        super().__init__()
 
     def __enter__(self) -> UserSandbox:
         try:
@@ -70,21 +69,9 @@ class UserSandbox:
             raise SandboxError(problem.message(), errno=error.errno) from error
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def close(self) -> None:
         """Kill running builds, close the listener, drop the namespaces."""
-        builds, self._builds = self._builds, []
-        for build in builds:
-            if build.poll() is None:
-                build.kill()
-                build.wait()
+        self._kill_builds()
         if self._namespaces is not None:
             self._namespaces.close()
             self._namespaces = None
@@ -140,5 +127,4 @@ class UserSandbox:
             if explained is error:
                 raise
             raise explained from error
-        self._builds.append(build)
-        return build
+        return self._track(build)

@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import struct
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -201,3 +202,41 @@ class NamespaceWatch:
         finally:
             self._socket.close()
         return time.monotonic() - start
+
+
+COUNT_SIGINTS = (
+    "import signal, time\n"
+    "received = []\n"
+    "signal.signal(signal.SIGINT, lambda number, frame: received.append(time.monotonic()))\n"
+    "with open('ready', 'w'):\n"
+    "    pass\n"
+    "while not received or time.monotonic() - received[0] < 1.5:\n"
+    "    time.sleep(0.01)\n"
+    "with open('count', 'w') as f:\n"
+    "    f.write(str(len(received)))\n"
+)
+
+
+def sigints_after_ctrl_c(launcher: list[str], directory: Path) -> int:
+    """How many SIGINTs a build saw after one Ctrl-C at the terminal of ``launcher -- BUILD``.
+
+    The launcher runs in a new session with a pty as its controlling terminal, so the Ctrl-C
+    signals the whole foreground group as a terminal does.
+    """
+    controller, terminal = os.openpty()
+    process = subprocess.Popen(
+        ["setsid", "--ctty", *launcher, sys.executable, "-I", "-c", COUNT_SIGINTS],
+        cwd=directory,
+        stdin=terminal,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_for((directory / "ready").exists)
+        os.write(controller, b"\x03")  # Ctrl-C
+        assert process.wait(timeout=10) == 0
+    finally:
+        process.kill()
+        process.wait()
+        os.close(controller)
+        os.close(terminal)
+    return int((directory / "count").read_text())

@@ -23,6 +23,7 @@ from tests.sandbox.conftest import (
     netns_references,
     process_is_gone,
     processes_with,
+    sigints_after_ctrl_c,
     wait_for,
 )
 
@@ -190,43 +191,12 @@ def test_nothing_is_left_after_the_launcher_is_sigkilled(tmp_path: Path) -> None
     assert destroyed < 1
 
 
-COUNT_SIGINTS = (
-    "import signal, time\n"
-    "received = []\n"
-    "signal.signal(signal.SIGINT, lambda number, frame: received.append(time.monotonic()))\n"
-    "with open('ready', 'w'):\n"
-    "    pass\n"
-    "while not received or time.monotonic() - received[0] < 1.5:\n"
-    "    time.sleep(0.01)\n"
-    "with open('count', 'w') as f:\n"
-    "    f.write(str(len(received)))\n"
-)
-
-
 def test_a_ctrl_c_at_the_terminal_reaches_the_build_once(tmp_path: Path) -> None:
     """The terminal signals the whole foreground group, launcher included; the launcher
     passes its SIGINT on, and the supervisor drops that second copy."""
     needs_root()
-    controller, terminal = os.openpty()
-    launcher = subprocess.Popen(
-        [
-            *("setsid", "--ctty", sys.executable, str(LAUNCHER), "--forward-signals", "--"),
-            *(sys.executable, "-I", "-c", COUNT_SIGINTS),
-        ],
-        cwd=tmp_path,
-        stdin=terminal,
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        wait_for((tmp_path / "ready").exists)
-        os.write(controller, b"\x03")  # Ctrl-C
-        assert launcher.wait(timeout=10) == 0
-    finally:
-        launcher.kill()
-        launcher.wait()
-        os.close(controller)
-        os.close(terminal)
-    assert (tmp_path / "count").read_text() == "1"
+    launcher = [sys.executable, str(LAUNCHER), "--forward-signals", "--"]
+    assert sigints_after_ctrl_c(launcher, tmp_path) == 1
 
 
 def test_a_build_run_from_tmp_itself_is_refused(sandbox: Sandbox) -> None:

@@ -49,6 +49,7 @@ from tests.sandbox.conftest import (
     netns_references,
     process_is_gone,
     processes_with,
+    sigints_after_ctrl_c,
     wait_for,
 )
 from tests.sandbox.test_isolation import PROBE, host_addresses, host_services
@@ -593,44 +594,13 @@ def test_an_unprivileged_launcher_gets_the_same_isolation(tmp_path: Path) -> Non
     }
 
 
-COUNT_SIGINTS = (
-    "import signal, time\n"
-    "received = []\n"
-    "signal.signal(signal.SIGINT, lambda number, frame: received.append(time.monotonic()))\n"
-    "with open('ready', 'w'):\n"
-    "    pass\n"
-    "while not received or time.monotonic() - received[0] < 1.5:\n"
-    "    time.sleep(0.01)\n"
-    "with open('count', 'w') as f:\n"
-    "    f.write(str(len(received)))\n"
-)
-
-
 def test_a_ctrl_c_at_the_terminal_reaches_the_build_once(tmp_path: Path) -> None:
     """The terminal signals the whole foreground group: launcher, entry, supervisor and build.
     The entry drops its copy, the launcher passes its own on through the entry, and the
     supervisor drops that one."""
     needs_root()
-    controller, terminal = os.openpty()
-    launcher = subprocess.Popen(
-        [
-            *("setsid", "--ctty", *UNPRIVILEGED, sys.executable, str(USER_LAUNCHER)),
-            *("--forward-signals", "--", sys.executable, "-I", "-c", COUNT_SIGINTS),
-        ],
-        cwd=tmp_path,
-        stdin=terminal,
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        wait_for((tmp_path / "ready").exists)
-        os.write(controller, b"\x03")  # Ctrl-C
-        assert launcher.wait(timeout=10) == 0
-    finally:
-        launcher.kill()
-        launcher.wait()
-        os.close(controller)
-        os.close(terminal)
-    assert (tmp_path / "count").read_text() == "1"
+    launcher = [*UNPRIVILEGED, sys.executable, str(USER_LAUNCHER), "--forward-signals", "--"]
+    assert sigints_after_ctrl_c(launcher, tmp_path) == 1
 
 
 def world_readable_python() -> str:

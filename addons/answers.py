@@ -9,21 +9,15 @@ headers on its streamed answer in ``responseheaders``.
 
 from __future__ import annotations
 
-import asyncio
-from collections import OrderedDict
-
 from mitmproxy import http
 
 from addons import flows
 from fetchproxy.blobserver import BlobServer
-from fetchproxy.digest import Digest
 from fetchproxy.lock import Fetch
 from fetchproxy.replaying import Answer, answer_for
 from fetchproxy.store import Store
+from fetchproxy.verifiedblobs import SMALL_BODY, VerifiedBlobs
 
-SMALL_BODY = 256 * 1024
-"""Bodies up to this size are answered from memory; larger ones stream via the blob server."""
-_CACHE_BYTES = 64 * 1024 * 1024
 _STREAMED = "fetchproxy.streamed-digest"
 
 
@@ -33,9 +27,7 @@ class LockAnswers:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.blobs: BlobServer | None = None
-        self._verified: set[Digest] = set()
-        self._cache: OrderedDict[Digest, bytes] = OrderedDict()
-        self._cache_size = 0
+        self.verified = VerifiedBlobs(store)
 
     async def start(self) -> None:
         if self.blobs is None:
@@ -57,7 +49,7 @@ class LockAnswers:
         Raises :class:`~fetchproxy.store.CorruptBlobError` (nothing answered) when the blob does
         not hash to its name.
         """
-        await self._verify(fetch.digest)
+        await self.verified.verify(fetch.digest)
         request = flow.request
         answer = answer_for(fetch, method=request.method, range_header=request.headers.get("range"))
         if not answer.send_body:
@@ -73,7 +65,7 @@ class LockAnswers:
         )
         blobs = self.blobs
         if fetch.size <= SMALL_BODY or blobs is None:
-            body = await self._small_body(fetch.digest)
+            body = await self.verified.small_body(fetch.digest)
             flow.response = flows.response_from(flow, answer, body[start:end])
             return end - start
         flow.metadata[flows.OWN] = answer
@@ -114,27 +106,3 @@ class LockAnswers:
         if digest is None or blobs is None:
             return False
         return any(error.expected == digest for error in blobs.corrupt)
-
-    async def _verify(self, digest: Digest) -> None:
-        if digest not in self._verified:
-            await asyncio.to_thread(self.store.verify, digest)
-            self._verified.add(digest)
-
-    async def _small_body(self, digest: Digest) -> bytes:
-        cached = self._cache.get(digest)
-        if cached is not None:
-            self._cache.move_to_end(digest)
-            return cached
-        store = self.store
-
-        def read() -> bytes:
-            with store.open(digest) as blob:
-                return blob.read_all()
-
-        body = await asyncio.to_thread(read)
-        self._cache[digest] = body
-        self._cache_size += len(body)
-        while self._cache_size > _CACHE_BYTES:
-            _, dropped = self._cache.popitem(last=False)
-            self._cache_size -= len(dropped)
-        return body

@@ -17,16 +17,16 @@ from mitmproxy.proxy import server_hooks
 
 from addons import flows
 from addons.answers import LockAnswers
-from fetchproxy.eventlog import EventLog, default_log_path, key_fields
-from fetchproxy.lock import Fetch, Lock
+from fetchproxy.eventlog import EventLog, default_log_path
+from fetchproxy.lock import Lock
 from fetchproxy.lockfile import LockFileError, load_lock
 from fetchproxy.normalize import DEFAULT_SECRET_PARAMS, InvalidURLError, RequestKey
+from fetchproxy.replaybook import MissingBodiesError, ReplayBook, check_bodies
 from fetchproxy.replaying import (
     CORRUPT_BLOB,
+    INVALID_REQUEST,
     NOT_HTTP,
     NOT_IN_LOCK,
-    Answer,
-    nearest,
     refusal,
     refusal_text,
 )
@@ -39,17 +39,7 @@ from fetchproxy.store import (
 
 logger = logging.getLogger("fetchproxy.replay")
 
-SHOWN_REFUSALS = 10
-"""Refused requests named in the end-of-run summary; the event log has every one."""
-
-
-class ReplayStats:
-    """What a replay run did, for the summary line."""
-
-    def __init__(self) -> None:
-        self.served = 0
-        self.refused = 0
-        self.bytes = 0
+_BODY_BYTES = "fetchproxy.body-bytes"
 
 
 class Replay:
@@ -63,14 +53,8 @@ class Replay:
     ) -> None:
         self._given_store = store
         self.store: Store | None = store
-        self.lock = Lock()
-        self.lock_path = Path("fetchproxy.lock.toml")
-        self.events = EventLog(None)
-        self.stats = ReplayStats()
+        self.book = ReplayBook(Lock(), Path("fetchproxy.lock.toml"), EventLog(None))
         self.secret_params = secret_params
-        self.used: set[RequestKey] = set()
-        self.refused: list[RequestKey] = []
-        """The first refused requests, for the summary (all of them are in the event log)."""
         self.answers: LockAnswers | None = None
 
     def load(self, loader: addonmanager.Loader) -> None:
@@ -86,29 +70,25 @@ class Replay:
         )
 
     def configure(self, updated: set[str]) -> None:
+        book = self.book
         if "replay_store" in updated and self._given_store is None:
             root = ctx.options.replay_store
             self.store = DiskStore(Path(root) if root else default_store_path())
         if "replay_lock" in updated:
-            self.lock_path = Path(ctx.options.replay_lock)
+            book.lock_path = Path(ctx.options.replay_lock)
             try:
-                self.lock = load_lock(self.lock_path)
+                book.lock = load_lock(book.lock_path)
             except LockFileError as exc:
                 raise exceptions.OptionsError(str(exc)) from None
         if updated & {"replay_lock", "replay_store"} and self.store is not None:
-            missing = sorted(d for d in self.lock.digests() if not self.store.contains(d))
-            if missing:
-                shown = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
-                bodies = "recorded body is" if len(missing) == 1 else "recorded bodies are"
-                raise exceptions.OptionsError(
-                    f"{self.lock_path}: {len(missing)} {bodies} missing from the store "
-                    f"{getattr(self.store, 'root', '(memory)')} ({shown}) — record again with "
-                    "`fetchproxy record`, or point --store at the store it was recorded into"
-                )
+            try:
+                check_bodies(book.lock, book.lock_path, self.store)
+            except MissingBodiesError as exc:
+                raise exceptions.OptionsError(str(exc)) from None
         if updated & {"replay_lock", "replay_log"}:
-            log_path = Path(ctx.options.replay_log or default_log_path(self.lock_path))
-            self.events.close()
-            self.events = EventLog(log_path)
+            log_path = Path(ctx.options.replay_log or default_log_path(book.lock_path))
+            book.events.close()
+            book.events = EventLog(log_path)
 
     async def running(self) -> None:
         if self.answers is None and self.store is not None:
@@ -126,43 +106,34 @@ class Replay:
             flow.response = http.Response.make(
                 400, f"fetchproxy: refused: {exc}\n", {"content-type": "text/plain"}
             )
-            self.stats.refused += 1
-            self.events.emit("refused", reason="invalid-request", error=str(exc))
+            self.book.refuse_other(INVALID_REQUEST, error=str(exc))
             return
         if flow.request.headers.get("upgrade", "").lower() == "websocket":
             self._refuse(flow, key, reason=NOT_HTTP)
             return
-        fetch = self.lock.lookup(key)
+        fetch = self.book.lookup(key)
         if fetch is None:
             self._refuse(flow, key, reason=NOT_IN_LOCK)
             return
         assert self.answers is not None, "replay answers requests only while running"
         try:
-            self.stats.bytes += await self.answers.answer(flow, fetch)
+            body_bytes = await self.answers.answer(flow, fetch)
         except CorruptBlobError as exc:
             logger.error("%s", exc)
             self._refuse(flow, key, reason=CORRUPT_BLOB, status=502)
             return
-        self.used.add(key)
-        self.stats.served += 1
+        flow.metadata[_BODY_BYTES] = body_bytes
+        self.book.served(key, body_bytes)
 
     def _refuse(
         self, flow: http.HTTPFlow, key: RequestKey, *, reason: str, status: int = 403
     ) -> None:
-        lock_name = str(self.lock_path)
-        answer = refusal(key, lock_name=lock_name, reason=reason)
-        if status != answer.status:
-            answer = Answer(status, answer.headers, None)
+        lock_name = str(self.book.lock_path)
+        answer = refusal(key, lock_name=lock_name, reason=reason, status=status)
         flow.response = flows.response_from(
             flow, answer, refusal_text(key, lock_name=lock_name, reason=reason).encode()
         )
-        self._record_refusal(key, reason=reason)
-
-    def _record_refusal(self, key: RequestKey, *, reason: str) -> None:
-        self.stats.refused += 1
-        if len(self.refused) < SHOWN_REFUSALS:
-            self.refused.append(key)
-        self.events.refused(key, reason=reason, nearest=nearest(self.lock, key))
+        self.book.refuse(key, reason=reason)
 
     # -------------------------------------------------------------------------------- responses
 
@@ -191,9 +162,7 @@ class Replay:
             return
         key = flow.metadata.get(flows.KEY)
         if isinstance(key, RequestKey):
-            self.stats.served -= 1
-            self.used.discard(key)
-            self._record_refusal(key, reason=CORRUPT_BLOB)
+            self.book.revoke(key, flow.metadata.get(_BODY_BYTES, 0), reason=CORRUPT_BLOB)
 
     def tcp_start(self, flow: tcp.TCPFlow) -> None:
         self._kill_raw(flow)
@@ -203,8 +172,7 @@ class Replay:
 
     def _kill_raw(self, flow: tcp.TCPFlow | udp.UDPFlow) -> None:
         address = flow.server_conn.address
-        self.stats.refused += 1
-        self.events.emit("refused", reason=NOT_HTTP, address=f"{address}")
+        self.book.refuse_other(NOT_HTTP, address=f"{address}")
         logger.warning("replay: refused a non-HTTP connection to %s", address)
         flow.kill()
 
@@ -212,10 +180,4 @@ class Replay:
         if self.answers is not None:
             await self.answers.close()
             self.answers = None
-        for fetch in self.unused():
-            self.events.emit("unused", key=key_fields(fetch.key))
-        self.events.close()
-
-    def unused(self) -> list[Fetch]:
-        """Lock entries no request asked for in this run."""
-        return [f for f in self.lock.fetches if f.key not in self.used]
+        self.book.close()

@@ -186,3 +186,16 @@ def ensure_persistent_ca(directory: Path) -> Path:
         if isinstance(exc, CAError):
             raise
         raise CAError(f"{directory}: cannot set up fetchproxy's CA: {exc}") from exc
+
+
+def load_ca(directory: Path) -> CertificateAuthority:
+    """The CA that :meth:`CertificateAuthority.write` put into ``directory``."""
+    path = directory / MITMPROXY_CA_FILE
+    try:
+        pem = path.read_bytes()
+    except OSError as exc:
+        raise CAError(f"{path}: cannot read fetchproxy's CA: {exc.strerror}") from None
+    at = pem.find(b"-----BEGIN CERTIFICATE")
+    if at < 0 or not pem[:at].strip():
+        raise CAError(f"{path}: not a CA file (a private key, then a certificate, both PEM)")
+    return CertificateAuthority(cert_pem=pem[at:], key_pem=pem[:at])

@@ -24,8 +24,8 @@ def open_store(path: Path | None) -> DiskStore:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from fetchproxy.proxy import ProxySettings  # noqa: PLC0415 -- mitmproxy loads slowly
     from fetchproxy.serve import serve as run_serve  # noqa: PLC0415
+    from fetchproxy.settings import ProxySettings  # noqa: PLC0415
 
     confdir = persistent_ca_dir()
     ensure_persistent_ca(confdir)

@@ -13,11 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import certifi
 from mitmproxy import exceptions, master, options
@@ -28,12 +27,11 @@ from addons.record import Record
 from addons.replay import Replay
 from fetchproxy.atomicfile import write_atomic
 from fetchproxy.digest import digest_bytes, hex_of
-from fetchproxy.errors import FetchproxyError
 from fetchproxy.journal import journal_path
-from fetchproxy.normalize import DEFAULT_SECRET_PARAMS
-from fetchproxy.store import Store
+from fetchproxy.replaybook import ReplayBook
+from fetchproxy.settings import Mode, ProxySettings, ProxyStartError
 
-Mode = Literal["record", "replay"]
+__all__ = ["Mode", "ProxyRun", "ProxySettings", "ProxyStartError", "upstream_trust_bundle"]
 
 SETTLE_TIMEOUT = 30.0
 """How long ``stop()`` waits for fetches in flight to be stored before recording ends."""
@@ -45,37 +43,6 @@ _SYSTEM_BUNDLES = (
     "/etc/pki/tls/certs/ca-bundle.crt",  # Fedora, RHEL
     "/etc/ssl/cert.pem",  # Alpine, macOS
 )
-
-
-class ProxyStartError(FetchproxyError, OSError):
-    """mitmproxy could not start: the port is taken, an option is wrong, a file is bad."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProxySettings:
-    mode: Mode
-    lock: Path
-    store: Store
-    confdir: Path
-    """Holds the CA (``mitmproxy-ca.pem``) and the upstream trust bundle."""
-    listen_host: str = "127.0.0.1"
-    listen_port: int = 8080
-    log: Path | None = None
-    upstream_ca: Sequence[Path] = ()
-    http2: bool = False
-    """HTTP/2 to clients and origins. Off by default: measured in bench/proxy_bench.py, mitmproxy
-    receives a large body over HTTP/2 at 28-44 % of its HTTP/1.1 rate and sends one at 76-83 %,
-    while small requests gain nothing consistent (docs/benchmarks.md)."""
-    secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS
-    """Query parameters removed from every key (the built-in list plus fetchproxy.toml's)."""
-    keep: bool = False
-    """record: keep the existing lock, record only what it lacks (``--keep``)."""
-    exact: bool = False
-    """replay: unused lock entries make the run fail too (``--exact``)."""
-    only_client_ports: set[int] | None = None
-    """When set, the proxy serves only clients from 127.0.0.1 with these source ports (the user
-    sandbox's relay registers its own) and refuses every other local process."""
-    extra_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 class _StartupErrors(logging.Handler):
@@ -131,6 +98,20 @@ class ProxyRun:
         self._task: asyncio.Task[None] | None = None
         self._errors = _StartupErrors()
         self.addresses: list[Address] = []
+
+    @property
+    def book(self) -> ReplayBook | None:
+        """Replay: what the run served and refused."""
+        return self.addon.book if isinstance(self.addon, Replay) else None
+
+    @property
+    def record(self) -> Record | None:
+        return self.addon if isinstance(self.addon, Record) else None
+
+    @property
+    def turned_away(self) -> int:
+        """Clients the client gate refused (``only_client_ports``)."""
+        return self.lifecycle.turned_away
 
     async def start(self) -> list[Address]:
         s = self.settings

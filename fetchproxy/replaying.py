@@ -19,6 +19,7 @@ REFUSED_HEADER = "x-fetchproxy-refused"
 NOT_IN_LOCK = "not-in-lock"
 CORRUPT_BLOB = "corrupt-blob"
 NOT_HTTP = "not-http"
+INVALID_REQUEST = "invalid-request"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +77,13 @@ def _recorded_headers(fetch: Fetch) -> list[tuple[str, str]]:
     return [(name, value) for name, value in pairs if value is not None]
 
 
-def refusal(key: RequestKey, *, lock_name: str, reason: str = NOT_IN_LOCK) -> Answer:
-    """The 403 a build sees for a request the lock does not hold."""
+def refusal(
+    key: RequestKey, *, lock_name: str, reason: str = NOT_IN_LOCK, status: int = 403
+) -> Answer:
+    """The 403 a build sees for a request the lock does not hold (502 for a corrupt blob)."""
     body = refusal_text(key, lock_name=lock_name, reason=reason).encode()
     return Answer(
-        403,
+        status,
         (
             (REFUSED_HEADER, reason),
             ("content-type", "text/plain; charset=utf-8"),

@@ -31,16 +31,20 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from fetchproxy.buildenv import build_environment, wgetrc_text
 from fetchproxy.ca import generate_ephemeral_ca
 from fetchproxy.normalize import DEFAULT_SECRET_PARAMS
-from fetchproxy.proxy import Mode, ProxyRun, ProxySettings
 from fetchproxy.relay import Relay
+from fetchproxy.runs import make_run
 from fetchproxy.sandbox import BuildProcess, Sandbox, SandboxError, UserSandbox, available_sandbox
 from fetchproxy.serve import finish
+from fetchproxy.settings import Mode, ProxySettings
 from fetchproxy.store import Store
+
+if TYPE_CHECKING:
+    from fetchproxy.runs import Run
 
 REFUSED_STATUS = 3
 PROXY_PORT = 3128
@@ -121,7 +125,7 @@ async def _run_in_root_sandbox(
     request: RunRequest, sandbox: Sandbox, confdir: Path, bundle: bytes
 ) -> int:
     settings = _settings(request, confdir, sandbox.edge_address, PROXY_PORT)
-    proxy = ProxyRun(settings, on_running=sandbox.leave_edge)
+    proxy = make_run(settings, on_running=sandbox.leave_edge)
     sandbox.enter_edge()
     try:
         await proxy.start()
@@ -152,7 +156,7 @@ async def _run_in_user_sandbox(
     settings = dataclasses.replace(
         _settings(request, confdir, "127.0.0.1", 0), only_client_ports=relay_ports
     )
-    proxy = ProxyRun(settings)
+    proxy = make_run(settings)
     await proxy.start()
     host, port = proxy.addresses[0][:2]
     relay = Relay(sandbox.accept_socket(), (host, port), source_ports=relay_ports)
@@ -208,7 +212,7 @@ async def _run_unsandboxed(request: RunRequest, confdir: Path, tmp: Path, bundle
         "the others",
         file=sys.stderr,
     )
-    proxy = ProxyRun(_settings(request, confdir, "127.0.0.1", 0))
+    proxy = make_run(_settings(request, confdir, "127.0.0.1", 0))
     await proxy.start()
     host, port = proxy.addresses[0]
     ca_path = tmp / "ca-bundle.pem"
@@ -260,11 +264,11 @@ async def _wait(build: BuildProcess) -> int:
             loop.remove_signal_handler(sig)
 
 
-def _exit_status(build_status: int, proxy: ProxyRun) -> int:
+def _exit_status(build_status: int, proxy: Run) -> int:
     proxy_status = finish(proxy)
     if build_status != 0:
         return 128 - build_status if build_status < 0 else build_status
-    refused = getattr(proxy.addon.stats, "refused", 0)
+    refused = 0 if proxy.book is None else proxy.book.stats.refused
     if refused:
         print(
             f"fetchproxy: the build succeeded, but replay refused {refused} "

@@ -10,15 +10,18 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from typing import TYPE_CHECKING
 
-from addons.record import Record
-from addons.replay import Replay
-from fetchproxy.proxy import ProxyRun, ProxySettings
+from fetchproxy.runs import make_run
+from fetchproxy.settings import ProxySettings
 from fetchproxy.summary import lock_changes, record_summary, replay_summary
+
+if TYPE_CHECKING:
+    from fetchproxy.runs import Run
 
 
 async def _serve(settings: ProxySettings) -> int:
-    run = ProxyRun(settings)
+    run = make_run(settings)
     await run.start()
     host, port = run.addresses[0]
     shown = f"[{host}]" if ":" in host else host
@@ -40,27 +43,28 @@ NOT_EXACT = 3
 """The exit status of a replay that refused requests, or (with --exact) left entries unused."""
 
 
-def finish(run: ProxyRun) -> int:
+def finish(run: Run) -> int:
     """Write the lock (record) and print the summary; the exit status of a proxy run.
 
     For replay that is :data:`NOT_EXACT` when ``--exact`` was given and the run refused a
     request or left lock entries unused; otherwise 0 (``record``/``replay -- BUILD`` add their
     own rule for refusals).
     """
-    addon = run.addon
     lock = run.settings.lock
-    if isinstance(addon, Record):
-        addon.write_lock()
-        print(record_summary(addon, lock=lock), file=sys.stderr)
-        if addon.previous is not None:
-            print(lock_changes(addon.previous, addon.new_lock(), lock=lock), file=sys.stderr)
+    record = run.record
+    if record is not None:
+        record.write_lock()
+        print(record_summary(record, lock=lock), file=sys.stderr)
+        if record.previous is not None:
+            print(lock_changes(record.previous, record.new_lock(), lock=lock), file=sys.stderr)
         return 0
-    assert isinstance(addon, Replay)
-    print(replay_summary(addon, lock=lock), file=sys.stderr)
-    if run.settings.exact and (addon.stats.refused or addon.unused()):
+    book = run.book
+    assert book is not None, "a replay run keeps a book"
+    print(replay_summary(book, lock=lock), file=sys.stderr)
+    if run.settings.exact and (book.stats.refused or book.unused()):
         print(
             f"fetchproxy: --exact: the build did not use exactly {lock} "
-            f"({addon.stats.refused} refused, {len(addon.unused())} unused)",
+            f"({book.stats.refused} refused, {len(book.unused())} unused)",
             file=sys.stderr,
         )
         return NOT_EXACT

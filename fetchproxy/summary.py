@@ -11,7 +11,7 @@ from fetchproxy.sizes import human_bytes
 
 if TYPE_CHECKING:
     from addons.record import Record
-    from addons.replay import Replay
+    from fetchproxy.replaybook import ReplayBook
 
 
 def _plural(count: int, word: str) -> str:
@@ -40,7 +40,7 @@ def record_summary(record: Record, *, lock: Path) -> str:
     return line + (f"; {', '.join(extras)}" if extras else "")
 
 
-def replay_summary(replay: Replay, *, lock: Path) -> str:
+def replay_summary(replay: ReplayBook, *, lock: Path) -> str:
     stats = replay.stats
     lines = [
         f"fetchproxy: served {_plural(stats.served, 'fetch')} ({human_bytes(stats.bytes)}) "

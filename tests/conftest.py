@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import overload
+from typing import TYPE_CHECKING, overload
 
 import pytest
 
@@ -32,12 +32,16 @@ with warnings.catch_warnings():
     import mitmproxy.master  # noqa: F401 -- imported here once, under the filter above
 
 from addons.record import Record
-from addons.replay import Replay
 from fetchproxy.ca import generate_ca
-from fetchproxy.proxy import Mode, ProxyRun, ProxySettings
+from fetchproxy.proxy import Mode, ProxySettings
+from fetchproxy.replaybook import ReplayBook
+from fetchproxy.runs import make_run
 from fetchproxy.serve import finish
 from fetchproxy.store import DiskStore
 from tests.origin import Origin, OriginPKI, make_pki, standard_site
+
+if TYPE_CHECKING:
+    from fetchproxy.runs import Run
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -95,7 +99,7 @@ class ProxyThread:
     """A :class:`ProxyRun` on its own event loop in a thread; :meth:`stop` returns its status."""
 
     settings: ProxySettings
-    run: ProxyRun = field(init=False)
+    run: Run = field(init=False)
     url: str = ""
     status: int | None = None
     _loop: asyncio.AbstractEventLoop | None = None
@@ -105,17 +109,26 @@ class ProxyThread:
     _thread: threading.Thread | None = None
 
     def __post_init__(self) -> None:
-        self.run = ProxyRun(self.settings)
+        self.run = make_run(self.settings)
+
+    @property
+    def client_protocol(self) -> str:
+        """What a client that prefers HTTP/2 gets from this proxy (the direct replay server
+        offers only HTTP/1.1)."""
+        settings = self.settings
+        return "HTTP/2" if settings.http2 and not settings.direct else "HTTP/1.1"
 
     @property
     def record(self) -> Record:
-        assert isinstance(self.run.addon, Record)
-        return self.run.addon
+        record = self.run.record
+        assert record is not None
+        return record
 
     @property
-    def replay(self) -> Replay:
-        assert isinstance(self.run.addon, Replay)
-        return self.run.addon
+    def replay(self) -> ReplayBook:
+        book = self.run.book
+        assert book is not None
+        return book
 
     def start(self) -> ProxyThread:
         self._thread = threading.Thread(target=self._main, name="fetchproxy", daemon=True)
@@ -165,12 +178,22 @@ class ProxyThread:
 StartProxy = Callable[..., ProxyThread]
 
 
+REPLAY_ENGINES = pytest.mark.parametrize("replay_engine", ["direct", "mitmproxy"], indirect=True)
+"""Mark for tests that replay: run them on both replay engines."""
+
+
 @pytest.fixture
-def start_proxy(paths: Paths, origin_pki: OriginPKI) -> Iterator[StartProxy]:
+def replay_engine(request: pytest.FixtureRequest) -> str:
+    """The engine ``start_proxy("replay")`` uses: mitmproxy unless a test asks for both."""
+    return str(getattr(request, "param", "mitmproxy"))
+
+
+@pytest.fixture
+def start_proxy(paths: Paths, origin_pki: OriginPKI, replay_engine: str) -> Iterator[StartProxy]:
     """``start_proxy("record")`` starts a proxy on 127.0.0.1:0 with the test's paths.
 
-    The origin's CA is trusted upstream unless ``upstream_ca=()`` is given. Every proxy still
-    running when the test ends is stopped.
+    The origin's CA is trusted upstream unless ``upstream_ca=()`` is given. A replay proxy runs
+    on ``replay_engine``. Every proxy still running when the test ends is stopped.
     """
     started: list[ProxyThread] = []
 
@@ -184,6 +207,7 @@ def start_proxy(paths: Paths, origin_pki: OriginPKI) -> Iterator[StartProxy]:
             "log": paths.log,
             "upstream_ca": (origin_pki.ca_cert,),
             "http2": True,  # the product's default is HTTP/1.1; the tests cover both
+            "engine": replay_engine if mode == "replay" else "auto",
         }
         values.update(overrides)
         proxy = ProxyThread(ProxySettings(**values))  # type: ignore[arg-type]

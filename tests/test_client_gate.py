@@ -10,8 +10,10 @@ import urllib.error
 import pytest
 
 from fetchproxy.relay import Relay
-from tests.conftest import Rig, urlfetch, urllib_opener
+from tests.conftest import REPLAY_ENGINES, Rig, urlfetch, urllib_opener
 from tests.origin import SMALL
+
+pytestmark = REPLAY_ENGINES
 
 
 class RelayThread:
@@ -51,6 +53,6 @@ def test_only_the_relay_reaches_a_gated_proxy(rig: Rig) -> None:
     finally:
         relay.close()
     assert replayer.stop() == 0
-    assert replayer.run.lifecycle.turned_away == 1
+    assert replayer.run.turned_away == 1
     assert replayer.replay.stats.served == 1
     assert ports == set()  # every relay connection released its port

@@ -18,7 +18,7 @@ import pytest
 from fetchproxy.digest import Digest
 from fetchproxy.lockfile import load_lock
 from fetchproxy.store import DiskStore
-from tests.conftest import Fetched, ProxyThread, Rig, read_events
+from tests.conftest import REPLAY_ENGINES, Fetched, ProxyThread, Rig, read_events
 from tests.origin import JSON_BODY, MEDIUM, SMALL
 
 REFUSED = "x-fetchproxy-refused"
@@ -53,6 +53,7 @@ def assert_refused(got: Fetched, body: bytes, *, status: int = 403, reason: str)
     assert got.header("content-length") == str(len(body))
 
 
+@REPLAY_ENGINES
 def test_unknown_urls_methods_and_representations_are_refused_with_the_nearest_entry(
     rig: Rig, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -64,7 +65,11 @@ def test_unknown_urls_methods_and_representations_are_refused_with_the_nearest_e
     backup = rig.get(replayer, "/small.txt.bak")
     assert_refused(backup, refusal_line("GET", f"{base}/small.txt.bak", lock), reason="not-in-lock")
     head = rig.curl(replayer, "/small.txt", "--head", http2=True)
-    assert (head.status, head.header(REFUSED), head.protocol) == (403, "not-in-lock", "HTTP/2")
+    assert (head.status, head.header(REFUSED), head.protocol) == (
+        403,
+        "not-in-lock",
+        replayer.client_protocol,
+    )
     csv = rig.curl(replayer, "/negotiate", "--header", "Accept: text/csv")
     assert_refused(csv, refusal_line("GET", f"{base}/negotiate", lock), reason="not-in-lock")
     # the recorded representation is still served
@@ -104,6 +109,7 @@ def test_unknown_urls_methods_and_representations_are_refused_with_the_nearest_e
     assert rig.origin.connections == 0
 
 
+@REPLAY_ENGINES
 def test_an_unknown_host_is_refused_without_a_nearest_entry(rig: Rig) -> None:
     record(rig, "/small.txt")
     lock = rig.paths.lock
@@ -133,6 +139,7 @@ def test_an_unknown_host_is_refused_without_a_nearest_entry(rig: Rig) -> None:
     assert rig.origin.connections == 0
 
 
+@REPLAY_ENGINES
 def test_corrupt_blobs_small_and_large_are_refused_with_502(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -157,6 +164,7 @@ def test_corrupt_blobs_small_and_large_are_refused_with_502(
     assert rig.origin.connections == 0
 
 
+@REPLAY_ENGINES
 def test_a_blob_corrupted_during_replay_is_never_served_whole(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -234,6 +242,7 @@ def test_record_refuses_an_origin_whose_certificate_it_cannot_verify(
     assert [f.url for f in load_lock(rig.paths.lock).fetches] == [url]
 
 
+@REPLAY_ENGINES
 def test_websocket_upgrades_and_raw_tcp_are_refused_in_replay(rig: Rig) -> None:
     record(rig, "/small.txt")
     replayer = rig.start("replay")

@@ -1,0 +1,109 @@
+"""The books of one replay run: the lock it serves, what it served, refused and never used.
+
+Both replay engines keep one :class:`ReplayBook` (the direct server of
+:mod:`fetchproxy.replayserver` and the mitmproxy addon of ``addons/replay.py``), so the event
+log, the end-of-run summary and the exit status mean the same whichever answered.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fetchproxy.errors import FetchproxyError
+from fetchproxy.eventlog import EventLog, default_log_path, key_fields
+from fetchproxy.lock import Fetch, Lock
+from fetchproxy.lockfile import load_lock
+from fetchproxy.normalize import RequestKey
+from fetchproxy.replaying import nearest
+from fetchproxy.store import Store
+
+SHOWN_REFUSALS = 10
+"""Refused requests named in the end-of-run summary; the event log has every one."""
+
+
+class MissingBodiesError(FetchproxyError, FileNotFoundError):
+    """The lock names bodies the store does not hold: replay cannot serve it."""
+
+
+class ReplayStats:
+    """What a replay run did, for the summary line."""
+
+    def __init__(self) -> None:
+        self.served = 0
+        self.refused = 0
+        self.bytes = 0
+
+
+def check_bodies(lock: Lock, lock_path: Path, store: Store) -> None:
+    """Raise :class:`MissingBodiesError` unless ``store`` holds every body ``lock`` names."""
+    missing = sorted(d for d in lock.digests() if not store.contains(d))
+    if not missing:
+        return
+    shown = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
+    bodies = "recorded body is" if len(missing) == 1 else "recorded bodies are"
+    raise MissingBodiesError(
+        f"{lock_path}: {len(missing)} {bodies} missing from the store "
+        f"{getattr(store, 'root', '(memory)')} ({shown}) — record again with "
+        "`fetchproxy record`, or point --store at the store it was recorded into"
+    )
+
+
+class ReplayBook:
+    """The lock being replayed and the record of what became of each request."""
+
+    def __init__(self, lock: Lock, lock_path: Path, events: EventLog) -> None:
+        self.lock = lock
+        self.lock_path = lock_path
+        self.events = events
+        self.stats = ReplayStats()
+        self.used: set[RequestKey] = set()
+        self.refused: list[RequestKey] = []
+        """The first refused requests, for the summary (all of them are in the event log)."""
+
+    @classmethod
+    def open(cls, lock_path: Path, store: Store, log: Path | None) -> ReplayBook:
+        """Load and check the lock, then open the event log (``log``, or beside the lock).
+
+        Raises :class:`~fetchproxy.lockfile.LockFileError` or :class:`MissingBodiesError`
+        before anything is written.
+        """
+        lock = load_lock(lock_path)
+        check_bodies(lock, lock_path, store)
+        return cls(lock, lock_path, EventLog(log or default_log_path(lock_path)))
+
+    def lookup(self, key: RequestKey) -> Fetch | None:
+        return self.lock.lookup(key)
+
+    def served(self, key: RequestKey, body_bytes: int) -> None:
+        self.used.add(key)
+        self.stats.served += 1
+        self.stats.bytes += body_bytes
+
+    def refuse(self, key: RequestKey, *, reason: str) -> None:
+        """Count and log a refused request, with the lock entry most like it."""
+        self.stats.refused += 1
+        if len(self.refused) < SHOWN_REFUSALS:
+            self.refused.append(key)
+        self.events.refused(key, reason=reason, nearest=nearest(self.lock, key))
+
+    def revoke(self, key: RequestKey, body_bytes: int, *, reason: str) -> None:
+        """A request counted as served whose body was cut off (its blob rotted): a refusal."""
+        self.stats.served -= 1
+        self.stats.bytes -= body_bytes
+        self.used.discard(key)
+        self.refuse(key, reason=reason)
+
+    def refuse_other(self, reason: str, **fields: object) -> None:
+        """Count and log what was refused without a key: an invalid request, raw TCP."""
+        self.stats.refused += 1
+        self.events.emit("refused", reason=reason, **fields)
+
+    def unused(self) -> list[Fetch]:
+        """Lock entries no request asked for in this run."""
+        return [f for f in self.lock.fetches if f.key not in self.used]
+
+    def close(self) -> None:
+        """Log the unused entries and close the event log."""
+        for fetch in self.unused():
+            self.events.emit("unused", key=key_fields(fetch.key))
+        self.events.close()

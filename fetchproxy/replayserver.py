@@ -1,0 +1,606 @@
+"""The direct replay server: answers from the lock and the store without mitmproxy's proxy core.
+
+Replay needs no upstream, so it needs none of a general proxy's machinery: this server speaks
+just enough HTTP/1.1 to be the proxy a build talks to. It accepts ``CONNECT host:port``,
+terminates TLS inside the tunnel with a certificate for that host from fetchproxy's CA
+(:mod:`fetchproxy.leafcerts`), reads HTTP/1.1 requests (or plain-HTTP proxy requests), computes
+each key with the same core as the mitmproxy addons (:mod:`fetchproxy.normalize`,
+:mod:`fetchproxy.gitbody`) and answers with :mod:`fetchproxy.replaying`'s decisions: a hit with
+the recorded status, headers and bytes; anything else with the refusal. It never opens a
+connection of its own. Non-HTTP traffic inside a tunnel and websocket upgrades are refused.
+
+Per request it costs tens of microseconds instead of mitmproxy's millisecond. It offers only
+HTTP/1.1 (ALPN); replay with ``--http2`` runs the mitmproxy addon instead.
+
+Small verified bodies are answered synchronously from memory; first uses (verification), large
+bodies (streamed from the store with the connection's flow control, the last chunk withheld
+until the blob's digest checks out) and request bodies still arriving take the slow path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from contextlib import suppress
+
+from fetchproxy.digest import digest_bytes
+from fetchproxy.gitbody import canonical_body
+from fetchproxy.http1 import (
+    MAX_HEAD,
+    NO_BODY,
+    HTTPParseError,
+    RequestHead,
+    body_framing,
+    decode_content,
+    looks_like_http,
+    parse_head,
+    read_chunked,
+    request_url,
+    response_head,
+    split_authority,
+)
+from fetchproxy.leafcerts import HostContexts
+from fetchproxy.lock import Fetch
+from fetchproxy.normalize import (
+    DEFAULT_SECRET_PARAMS,
+    InvalidURLError,
+    RequestKey,
+    normalize_request,
+)
+from fetchproxy.replaybook import ReplayBook
+from fetchproxy.replaying import (
+    CORRUPT_BLOB,
+    INVALID_REQUEST,
+    NOT_HTTP,
+    NOT_IN_LOCK,
+    Answer,
+    answer_for,
+    refusal,
+    refusal_text,
+)
+from fetchproxy.store import CorruptBlobError, StoreError
+from fetchproxy.verifiedblobs import SMALL_BODY, VerifiedBlobs
+
+logger = logging.getLogger("fetchproxy.replay")
+
+Address = tuple[str, int]
+
+STORE_ERROR = "store-error"
+_KEY_CACHE = 65536
+"""Request keys remembered by request line and selecting headers (cleared when full)."""
+_PREPARED_BYTES = 32 * 1024 * 1024
+"""Memory for whole answers kept ready for requests seen again (small bodies only)."""
+_BUSY_BUFFER = 1 << 20
+"""Pipelined bytes buffered while a request is answered slowly before reading pauses."""
+_READ = 256 * 1024
+_CHUNK = 1 << 20
+_TLS_HANDSHAKE = 0x16
+_CONNECTED = b"HTTP/1.1 200 Connection established\r\n\r\n"
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+class ReplayServer:
+    """Serves one :class:`ReplayBook` over HTTP/1.1. ``await start()``, then ``await stop()``."""
+
+    def __init__(
+        self,
+        book: ReplayBook,
+        blobs: VerifiedBlobs,
+        contexts: HostContexts,
+        *,
+        secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS,
+        only_client_ports: set[int] | None = None,
+    ) -> None:
+        self.book = book
+        self.blobs = blobs
+        self.contexts = contexts
+        self.secret_params = secret_params
+        self.only_client_ports = only_client_ports
+        self.turned_away = 0
+        self.lock_name = str(book.lock_path)
+        self._server: asyncio.Server | None = None
+        self.connections: set[_Connection] = set()
+        self._keys: dict[tuple[str, ...], _Known] = {}
+        self._prepared_bytes = 0
+
+    async def start(self, host: str, port: int) -> list[Address]:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Connection(self), host, port)
+        return [(str(s.getsockname()[0]), int(s.getsockname()[1])) for s in self._server.sockets]
+
+    async def stop(self) -> None:
+        """Stop listening and drop every connection (a stream in progress is cut off)."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for connection in list(self.connections):
+            connection.abort()
+        tasks = [c.task for c in self.connections if c.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if server is not None:
+            with suppress(Exception):
+                await server.wait_closed()
+
+    def admit(self, peer: object) -> bool:
+        """The client gate of the user sandbox: only the relay's source ports are served."""
+        ports = self.only_client_ports
+        if ports is None:
+            return True
+        if isinstance(peer, tuple) and peer[0] == "127.0.0.1" and peer[1] in ports:
+            return True
+        self.turned_away += 1
+        return False
+
+    def key_of(self, head: RequestHead, scheme: str, tunnel: Address | None, body: bytes) -> _Known:
+        """The request's key and the lock entry it names (None: a refusal).
+
+        Raises :class:`HTTPParseError` or :class:`~fetchproxy.normalize.InvalidURLError`.
+        """
+        cache_key = None
+        if not body:
+            accept = head.values("accept")
+            git_protocol = head.values("git-protocol")
+            cache_key = (
+                head.method,
+                scheme,
+                head.target,
+                head.get("host") or "",
+                "" if tunnel is None else f"{tunnel[0]}:{tunnel[1]}",
+                "\0".join(accept),
+                "\0".join(git_protocol),
+            )
+            found = self._keys.get(cache_key)
+            if found is not None:
+                return found
+        url, path = request_url(head, scheme=scheme, tunnel=tunnel)
+        body_digest = None
+        if body:
+            decoded = decode_content(body, head.get("content-encoding"))
+            body_digest = digest_bytes(canonical_body(path, head.get("content-type"), decoded))
+        key = normalize_request(
+            head.method,
+            url,
+            headers=head.headers,
+            body_digest=body_digest,
+            secret_params=self.secret_params,
+        )
+        found = _Known(key, self.book.lookup(key))
+        if cache_key is not None:
+            if len(self._keys) >= _KEY_CACHE:
+                self._keys.clear()
+                self._prepared_bytes = 0
+            self._keys[cache_key] = found
+        return found
+
+    def prepare(self, known: _Known, whole: bytes) -> None:
+        """Keep the whole answer to a request seen again (a verified small body), in budget."""
+        if self._prepared_bytes + len(whole) <= _PREPARED_BYTES:
+            known.whole = whole
+            self._prepared_bytes += len(whole)
+
+
+class _Known:
+    """What a request line and its selecting headers map to; ``whole`` the answer's bytes."""
+
+    __slots__ = ("fetch", "key", "whole")
+
+    def __init__(self, key: RequestKey, fetch: Fetch | None) -> None:
+        self.key = key
+        self.fetch = fetch
+        self.whole: bytes | None = None
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: proxy requests, a CONNECT tunnel, TLS inside it, HTTP/1.1."""
+
+    def __init__(self, server: ReplayServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.task: asyncio.Task[None] | None = None
+        self._buffer: bytes | bytearray = b""
+        self._state = "proxy"  # proxy | tunnel | tls | closed
+        self._scheme = "http"
+        self._tunnel: Address | None = None
+        self._tls: ssl.SSLObject | None = None
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._handshaken = False
+        self._continued = False
+        self._writable: asyncio.Future[None] | None = None
+        self._answered = 0
+        self._peer_done = False
+        """The client will send no more (EOF, or TLS close_notify): close once answered."""
+
+    # ---------------------------------------------------------------------------- transport
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        if not self.server.admit(transport.get_extra_info("peername")):
+            self._state = "closed"
+            transport.abort()
+            return
+        self.server.connections.add(self)
+        transport.set_write_buffer_limits(high=4 * _CHUNK)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._state = "closed"
+        self.server.connections.discard(self)
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)  # a stream in progress sees the closed state
+        if self.task is not None:
+            self.task.cancel()
+
+    def pause_writing(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def abort(self) -> None:
+        self._state = "closed"
+        if self.transport is not None:
+            self.transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        state = self._state
+        if state == "tls":
+            data = self._decrypt(data)
+            if not data:
+                self._close_if_done()
+                return
+        elif state == "tunnel":
+            if not self._enter_tunnel(data):
+                return
+            if self._state == "tls":
+                return
+        elif state == "closed":
+            return
+        buffer = self._buffer
+        if not buffer:
+            self._buffer = data
+        elif isinstance(buffer, bytearray):
+            buffer += data  # a request still arriving: no quadratic copying
+        else:
+            self._buffer = bytearray(buffer) + data
+        if self.task is None:
+            self._process()
+            self._close_if_done()
+        elif len(self._buffer) > _BUSY_BUFFER and self.transport is not None:
+            self.transport.pause_reading()  # until the answer in progress is sent
+
+    def eof_received(self) -> bool:
+        """The client closed its side: answer what it sent, then close ours."""
+        self._peer_done = True
+        self._close_if_done()
+        return True
+
+    def _close_if_done(self) -> None:
+        if self._peer_done and self.task is None:
+            self._close()
+
+    # ---------------------------------------------------------------------------- tunnel, TLS
+
+    def _enter_tunnel(self, data: bytes) -> bool:
+        """First bytes inside a CONNECT tunnel: TLS, plain HTTP, or something to refuse."""
+        assert self._tunnel is not None
+        if data[0] == _TLS_HANDSHAKE:
+            host = self._tunnel[0]
+            context = self.server.contexts.for_host(host)
+            self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+            self._state = "tls"
+            self._scheme = "https"
+            plain = self._decrypt(data)
+            if plain:
+                self._buffer += plain
+                if self.task is None:
+                    self._process()
+            self._close_if_done()
+            return True
+        if looks_like_http(data):
+            self._state = "plain"
+            self._scheme = "http"
+            return True
+        self._refuse_raw()
+        return False
+
+    def _refuse_raw(self) -> None:
+        address = self._tunnel
+        self.server.book.refuse_other(NOT_HTTP, address=f"{address}")
+        logger.warning("replay: refused a non-HTTP connection to %s", address)
+        self.abort()
+
+    def _decrypt(self, data: bytes) -> bytes:
+        tls = self._tls
+        assert tls is not None
+        self._incoming.write(data)
+        if not self._handshaken:
+            try:
+                tls.do_handshake()
+            except ssl.SSLWantReadError:
+                self._flush_tls()
+                return b""
+            except (ssl.SSLError, OSError) as exc:
+                self._flush_tls()
+                logger.info("replay: TLS handshake for %s failed: %s", self._tunnel, exc)
+                self.abort()
+                return b""
+            self._handshaken = True
+            self._flush_tls()
+        parts = []
+        try:
+            while chunk := tls.read(_READ):
+                parts.append(chunk)
+            self._peer_done = True  # b"": the client sent its close_notify
+        except ssl.SSLWantReadError:
+            pass
+        except ssl.SSLZeroReturnError:
+            self._peer_done = True
+        except (ssl.SSLError, OSError) as exc:
+            logger.info("replay: TLS error from a client of %s: %s", self._tunnel, exc)
+            self.abort()
+        self._flush_tls()
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _flush_tls(self) -> None:
+        pending = self._outgoing.read()
+        if pending and self.transport is not None and self._state != "closed":
+            self.transport.write(pending)
+
+    def _send(self, data: bytes | memoryview) -> None:
+        if self._state == "closed" or self.transport is None:
+            return
+        tls = self._tls
+        if tls is None:
+            self.transport.write(data)
+            return
+        view = memoryview(data)
+        while view:
+            view = view[tls.write(view) :]
+        self.transport.write(self._outgoing.read())
+
+    async def _drain(self) -> None:
+        writable = self._writable
+        if writable is not None and not writable.done():
+            await writable
+
+    def _close(self) -> None:
+        """Close after what was written (with TLS, after a close_notify)."""
+        if self._state == "closed" or self.transport is None:
+            return
+        if self._tls is not None and self._handshaken:
+            with suppress(ssl.SSLError, OSError):
+                self._tls.unwrap()
+            self._flush_tls()
+        self._state = "closed"
+        self.transport.close()
+
+    # ---------------------------------------------------------------------------- requests
+
+    def _process(self) -> None:
+        """Answer every complete request in the buffer, in order, until one needs to wait."""
+        while self.task is None and self._state not in ("closed", "tunnel"):
+            buffer = self._buffer
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buffer) > MAX_HEAD:
+                    self._fail(HTTPParseError("request head too large", 431))
+                return
+            if end > MAX_HEAD:
+                self._fail(HTTPParseError("request head too large", 431))
+                return
+            try:
+                head = parse_head(buffer[:end])
+                framing = body_framing(head) if head.method != "CONNECT" else NO_BODY
+                start = end + 4
+                if framing.chunked:
+                    found = read_chunked(buffer, start)
+                    if found is None:
+                        self._continue(head)
+                        return
+                    body, consumed = found
+                else:
+                    consumed = start + framing.length
+                    if len(buffer) < consumed:
+                        self._continue(head)
+                        return
+                    body = bytes(buffer[start:consumed])
+            except HTTPParseError as exc:
+                self._fail(exc)
+                return
+            self._buffer = buffer[consumed:]
+            self._continued = False
+            self._request(head, body)
+
+    def _continue(self, head: RequestHead) -> None:
+        """The body is still coming: tell a client that waits for it to go on."""
+        if not self._continued and (head.get("expect") or "").lower() == "100-continue":
+            self._continued = True
+            self._send(_CONTINUE)
+
+    def _fail(self, exc: HTTPParseError) -> None:
+        """A request that is not HTTP/1.1: say so and close (inside a tunnel: not HTTP)."""
+        if self._tunnel is not None and self._answered == 0:
+            self.server.book.refuse_other(NOT_HTTP, address=f"{self._tunnel}", error=str(exc))
+        text = f"fetchproxy: bad request: {exc}\n".encode()
+        self._send(
+            response_head(
+                "HTTP/1.1",
+                exc.status,
+                "Bad Request" if exc.status == 400 else "Error",
+                (
+                    ("content-type", "text/plain; charset=utf-8"),
+                    ("content-length", str(len(text))),
+                    ("connection", "close"),
+                ),
+            )
+            + text
+        )
+        self._close()
+
+    def _request(self, head: RequestHead, body: bytes) -> None:
+        server = self.server
+        self._answered += 1
+        if head.method == "CONNECT":
+            self._connect(head)
+            return
+        try:
+            known = server.key_of(head, self._scheme, self._tunnel, body)
+        except (HTTPParseError, InvalidURLError, ValueError) as exc:
+            text = f"fetchproxy: refused: {exc}\n".encode()
+            answer = Answer(
+                400,
+                (("content-type", "text/plain"), ("content-length", str(len(text)))),
+                None,
+            )
+            self._write_answer(head, answer, text)
+            server.book.refuse_other(INVALID_REQUEST, error=str(exc))
+            return
+        key, fetch = known.key, known.fetch
+        if (head.get("upgrade") or "").lower() == "websocket":
+            self._refuse(head, key, NOT_HTTP)
+            return
+        if fetch is None:
+            self._refuse(head, key, NOT_IN_LOCK)
+            return
+        range_header = head.get("range")
+        plain = range_header is None and head.keep_alive and head.version == "HTTP/1.1"
+        whole = known.whole
+        if whole is not None and plain:
+            self._send(whole)
+            server.book.served(key, 0 if head.method == "HEAD" else fetch.size)
+            return
+        if fetch.size <= SMALL_BODY:
+            cached = server.blobs.cached(fetch.digest)
+            if cached is not None:
+                answer = answer_for(fetch, method=head.method, range_header=range_header)
+                if plain and answer.body is None:
+                    whole = self._answer_bytes(head, answer, cached)
+                    server.prepare(known, whole)
+                    self._send(whole)
+                    server.book.served(key, 0 if head.method == "HEAD" else fetch.size)
+                    return
+                sent = self._write_answer(head, answer, cached)
+                server.book.served(key, sent)
+                return
+        self.task = asyncio.get_running_loop().create_task(
+            self._answer_slowly(head, key, fetch, range_header)
+        )
+        self.task.add_done_callback(self._slow_done)
+
+    def _connect(self, head: RequestHead) -> None:
+        if self._state != "proxy":
+            self._fail(HTTPParseError("CONNECT inside a tunnel"))
+            return
+        try:
+            host, port = split_authority(head.target)
+        except HTTPParseError as exc:
+            self._fail(exc)
+            return
+        if port is None or not host:
+            self._fail(HTTPParseError(f"CONNECT {head.target[:100]!r}: no host:port"))
+            return
+        self._tunnel = (host, port)
+        self._answered = 0  # requests inside the tunnel
+        self._send(_CONNECTED)
+        self._state = "tunnel"
+        rest, self._buffer = self._buffer, b""
+        if rest:
+            self.data_received(bytes(rest))
+
+    def _refuse(self, head: RequestHead, key: RequestKey, reason: str, status: int = 403) -> None:
+        lock_name = self.server.lock_name
+        answer = refusal(key, lock_name=lock_name, reason=reason, status=status)
+        self._write_answer(
+            head, answer, refusal_text(key, lock_name=lock_name, reason=reason).encode()
+        )
+        self.server.book.refuse(key, reason=reason)
+
+    def _write_answer(self, head: RequestHead, answer: Answer, body: bytes) -> int:
+        """Send a whole answer with ``body`` (the blob; cut to the answer's range). Bytes sent."""
+        out = self._answer_bytes(head, answer, body)
+        self._send(out)
+        if not head.keep_alive:
+            self._close()
+        if not answer.send_body or head.method == "HEAD":
+            return 0
+        return len(body) if answer.body is None else answer.body.length
+
+    @staticmethod
+    def _answer_bytes(head: RequestHead, answer: Answer, body: bytes) -> bytes:
+        headers = answer.headers if head.keep_alive else (*answer.headers, ("connection", "close"))
+        out = response_head(head.version, answer.status, answer.reason, headers)
+        if answer.send_body and head.method != "HEAD":
+            out += body if answer.body is None else body[answer.body.start : answer.body.end + 1]
+        return out
+
+    def _slow_done(self, task: asyncio.Task[None]) -> None:
+        self.task = None
+        if self.transport is not None and self._state != "closed":
+            self.transport.resume_reading()
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("replay: answering failed: %s", task.exception())
+            self.abort()
+            return
+        if self._buffer and self._state not in ("closed", "tunnel"):
+            self._process()
+        self._close_if_done()
+
+    async def _answer_slowly(
+        self, head: RequestHead, key: RequestKey, fetch: Fetch, range_header: str | None
+    ) -> None:
+        """First use of a blob (verify it), or a large body (stream it)."""
+        blobs = self.server.blobs
+        book = self.server.book
+        try:
+            if fetch.size <= SMALL_BODY:
+                body = await blobs.small_body(fetch.digest)
+            else:
+                await blobs.verify(fetch.digest)
+                body = None
+        except StoreError as exc:
+            logger.error("%s", exc)
+            reason = CORRUPT_BLOB if isinstance(exc, CorruptBlobError) else STORE_ERROR
+            self._refuse(head, key, reason, status=502)
+            return
+        answer = answer_for(fetch, method=head.method, range_header=range_header)
+        if body is not None or not answer.send_body or head.method == "HEAD":
+            book.served(key, self._write_answer(head, answer, body or b""))
+            return
+        start, end = (
+            (0, fetch.size) if answer.body is None else (answer.body.start, answer.body.end + 1)
+        )
+        keep_alive = head.keep_alive
+        headers = answer.headers if keep_alive else (*answer.headers, ("connection", "close"))
+        self._send(response_head(head.version, answer.status, answer.reason, headers))
+        book.served(key, end - start)
+        try:
+            await self._stream(fetch, start, end)
+        except StoreError as exc:
+            logger.error("%s", exc)
+            book.revoke(key, end - start, reason=CORRUPT_BLOB)
+            self.abort()  # the client sees a body cut short, never a corrupt one whole
+            return
+        except ConnectionError:
+            return
+        if not keep_alive:
+            self._close()
+
+    async def _stream(self, fetch: Fetch, start: int, end: int) -> None:
+        position = 0
+        with self.server.blobs.store.open(fetch.digest, chunk_size=_CHUNK) as blob:
+            for chunk in blob:
+                chunk_end = position + len(chunk)
+                if chunk_end > start:
+                    if self._state == "closed":
+                        raise ConnectionResetError("the client went away")
+                    self._send(memoryview(chunk)[max(start - position, 0) : end - position])
+                    await self._drain()
+                position = chunk_end
+                if position >= end:
+                    break

@@ -1,0 +1,57 @@
+"""What a proxy run is asked to do, whichever engine runs it (no mitmproxy imports here)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from fetchproxy.errors import FetchproxyError
+from fetchproxy.normalize import DEFAULT_SECRET_PARAMS
+from fetchproxy.store import Store
+
+Mode = Literal["record", "replay"]
+Engine = Literal["auto", "direct", "mitmproxy"]
+
+
+class ProxyStartError(FetchproxyError, OSError):
+    """The proxy could not start: the port is taken, an option is wrong, a file is bad."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProxySettings:
+    mode: Mode
+    lock: Path
+    store: Store
+    confdir: Path
+    """Holds the CA (``mitmproxy-ca.pem``) and the upstream trust bundle."""
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8080
+    log: Path | None = None
+    upstream_ca: Sequence[Path] = ()
+    http2: bool = False
+    """HTTP/2 to clients and origins. Off by default: measured in bench/proxy_bench.py, mitmproxy
+    receives a large body over HTTP/2 at 28-44 % of its HTTP/1.1 rate and sends one at 76-83 %,
+    while small requests gain nothing consistent (docs/benchmarks.md)."""
+    secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS
+    """Query parameters removed from every key (the built-in list plus fetchproxy.toml's)."""
+    keep: bool = False
+    """record: keep the existing lock, record only what it lacks (``--keep``)."""
+    exact: bool = False
+    """replay: unused lock entries make the run fail too (``--exact``)."""
+    only_client_ports: set[int] | None = None
+    """When set, the proxy serves only clients from 127.0.0.1 with these source ports (the user
+    sandbox's relay registers its own) and refuses every other local process."""
+    engine: Engine = "auto"
+    """replay: ``direct`` is fetchproxy's own HTTP/1.1 server (fetchproxy/replayserver.py),
+    ``mitmproxy`` the replay addon; ``auto`` picks direct unless ``http2`` asks for HTTP/2."""
+    extra_options: Mapping[str, Any] = field(default_factory=dict)
+    """mitmproxy options (the mitmproxy engine only)."""
+
+    @property
+    def direct(self) -> bool:
+        """Whether the direct replay server runs this (else mitmproxy)."""
+        if self.mode != "replay":
+            return False
+        return self.engine == "direct" or (self.engine == "auto" and not self.http2)

@@ -1,0 +1,320 @@
+"""The direct replay server's own HTTP/1.1: what real clients rarely send but a proxy must handle.
+
+Every replay scenario with real clients runs on both engines elsewhere
+(``tests/test_proxy_*.py``, the sandbox and real-client tests use the direct one); these pin
+the protocol edges with raw sockets: pipelining, HEAD and ranges on one connection, plain-HTTP
+proxy requests, HTTP inside a tunnel without TLS, chunked uploads with ``Expect``, HTTP/1.0,
+malformed requests, non-HTTP in a tunnel, SNI, and start-up failures.
+"""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import ssl
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+
+from fetchproxy.ca import generate_ca
+from fetchproxy.digest import Digest, digest_bytes
+from fetchproxy.directrun import DirectReplayRun
+from fetchproxy.gitbody import canonical_body
+from fetchproxy.lock import Fetch, Lock
+from fetchproxy.lockfile import write_lock
+from fetchproxy.replaybook import MissingBodiesError
+from fetchproxy.settings import ProxySettings, ProxyStartError
+from fetchproxy.store import DiskStore
+from tests.conftest import ProxyThread, read_events
+
+SMALL = b"small file\n" * 10
+LARGE = bytes(range(256)) * 4096  # 1 MiB: streamed from the store
+UPLOAD = b"0032want " + b"a" * 40 + b"\n00000009done\n"
+ANSWER = b"the answer to the upload\n"
+HOST = "files.example"
+
+
+@dataclass
+class Served:
+    proxy: ProxyThread
+    ca_cert: Path
+    log: Path
+    clients: list[Client] = field(default_factory=list)
+
+    @property
+    def port(self) -> int:
+        return int(self.proxy.url.rsplit(":", 1)[1])
+
+
+def entry(url: str, body: bytes, digest: Digest, *, method: str = "GET", **fields: Any) -> Fetch:
+    return Fetch(method=method, url=url, status=200, digest=digest, size=len(body), **fields)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    store = DiskStore(tmp_path / "store")
+    small, large, answer = store.put(SMALL), store.put(LARGE), store.put(ANSWER)
+    upload_key = digest_bytes(canonical_body("/repo/git-upload-pack", None, UPLOAD))
+    lock = Lock.from_fetches(
+        [
+            entry(f"https://{HOST}:8443/small", SMALL, small, content_type="text/plain"),
+            entry(f"https://{HOST}:8443/large", LARGE, large),
+            entry(f"http://{HOST}/plain", SMALL, small),
+            entry(f"http://{HOST}:8080/tunnelled", SMALL, small),
+            entry(
+                f"https://{HOST}:8443/repo/git-upload-pack",
+                ANSWER,
+                answer,
+                method="POST",
+                body_digest=upload_key,
+            ),
+        ]
+    )
+    write_lock(tmp_path / "fetchproxy.lock.toml", lock)
+    confdir = tmp_path / "confdir"
+    ca_cert = generate_ca("test CA").write(confdir)
+    settings = ProxySettings(
+        mode="replay",
+        lock=tmp_path / "fetchproxy.lock.toml",
+        store=store,
+        confdir=confdir,
+        listen_port=0,
+        log=tmp_path / "events.jsonl",
+    )
+    proxy = ProxyThread(settings).start()
+    assert isinstance(proxy.run, DirectReplayRun)
+    running = Served(proxy, ca_cert, tmp_path / "events.jsonl")
+    yield running
+    for client in running.clients:
+        client.sock.close()
+    if proxy.status is None:
+        proxy.stop()
+
+
+class Client:
+    """One raw connection to the proxy; ``tunnel()`` CONNECTs and (by default) starts TLS."""
+
+    def __init__(self, served: Served) -> None:
+        self.served = served
+        self.sock: socket.socket | ssl.SSLSocket = socket.create_connection(
+            ("127.0.0.1", served.port), timeout=10
+        )
+        self.pending = b""
+        served.clients.append(self)
+
+    def tunnel(
+        self, authority: str = f"{HOST}:8443", *, tls: bool = True, sni: str | None = HOST
+    ) -> None:
+        self.send(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+        assert self.head() == "HTTP/1.1 200 Connection established"
+        if tls:
+            context = ssl.create_default_context(cafile=self.served.ca_cert)
+            context.check_hostname = sni is not None
+            self.sock = context.wrap_socket(self.sock, server_hostname=sni)
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _fill(self) -> bool:
+        data = self.sock.recv(65536)
+        self.pending += data
+        return bool(data)
+
+    def head(self) -> str:
+        while b"\r\n\r\n" not in self.pending:
+            assert self._fill(), f"closed before a whole head: {self.pending!r}"
+        head, self.pending = self.pending.split(b"\r\n\r\n", 1)
+        return head.decode()
+
+    def answer(self, *, body: bool = True) -> tuple[str, dict[str, str], bytes]:
+        lines = self.head().split("\r\n")
+        headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+        length = int(headers.get("content-length", "0")) if body else 0
+        while len(self.pending) < length:
+            assert self._fill(), "closed before the whole body"
+        data, self.pending = self.pending[:length], self.pending[length:]
+        return lines[0], headers, data
+
+    def closed(self) -> bool:
+        try:
+            return not self._fill() and not self.pending
+        except (ConnectionResetError, ssl.SSLError):
+            return True
+
+
+def get(target: str, *headers: str, method: str = "GET", host: str = f"{HOST}:8443") -> bytes:
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", *headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def test_pipelined_requests_head_and_ranges_share_one_tls_connection(served: Served) -> None:
+    client = Client(served)
+    client.tunnel()
+    client.send(
+        get("/small")
+        + get("/large")
+        + get("/small", method="HEAD")
+        + get("/large", "Range: bytes=10-19")
+    )
+    status, headers, body = client.answer()
+    assert (status, headers, body) == (
+        "HTTP/1.1 200 OK",
+        {"content-type": "text/plain", "content-length": str(len(SMALL))},
+        SMALL,
+    )
+    assert client.answer()[2] == LARGE
+    status, headers, body = client.answer(body=False)  # HEAD is a key of its own: refused,
+    assert (status, headers["x-fetchproxy-refused"], body) == (
+        "HTTP/1.1 403 Forbidden",
+        "not-in-lock",
+        b"",
+    )
+    assert int(headers["content-length"]) > 0  # with the length a GET would get, and no body
+    status, headers, body = client.answer()
+    assert (status, headers["content-range"], body) == (
+        "HTTP/1.1 206 Partial Content",
+        f"bytes 10-19/{len(LARGE)}",
+        LARGE[10:20],
+    )
+    client.send(get("/small", "Connection: close"))
+    assert client.answer()[2] == SMALL
+    assert client.closed()
+    assert served.proxy.stop() == 0
+    assert served.proxy.replay.stats.served == 4
+    assert served.proxy.replay.stats.refused == 1
+
+
+def test_plain_http_as_a_proxy_request_and_inside_a_tunnel(served: Served) -> None:
+    client = Client(served)
+    client.send(get(f"http://{HOST}/plain", host=HOST))
+    assert client.answer()[2] == SMALL
+    tunnelled = Client(served)
+    tunnelled.tunnel(f"{HOST}:8080", tls=False)
+    tunnelled.send(get("/tunnelled", host=f"{HOST}:8080"))
+    assert tunnelled.answer()[2] == SMALL
+    assert served.proxy.stop() == 0
+    assert served.proxy.replay.stats.served == 2
+
+
+def test_a_chunked_gzip_upload_that_expects_100_continue_is_keyed_on_its_decoded_body(
+    served: Served,
+) -> None:
+    client = Client(served)
+    client.tunnel()
+    client.send(
+        get(
+            "/repo/git-upload-pack",
+            "Content-Type: application/x-git-upload-pack-request",
+            "Content-Encoding: gzip",
+            "Transfer-Encoding: chunked",
+            "Expect: 100-continue",
+            method="POST",
+        )
+    )
+    assert client.head() == "HTTP/1.1 100 Continue"
+    wire = gzip.compress(UPLOAD)
+    client.send(b"%x\r\n%s\r\n0\r\n\r\n" % (len(wire), wire))
+    assert client.answer()[:3:2] == ("HTTP/1.1 200 OK", ANSWER)
+
+
+def test_a_client_that_closes_its_side_after_sending_still_gets_its_answers(
+    served: Served,
+) -> None:
+    client = Client(served)
+    client.send(get(f"http://{HOST}/plain", host=HOST) * 2)
+    client.sock.shutdown(socket.SHUT_WR)
+    assert [client.answer()[2] for _ in range(2)] == [SMALL, SMALL]
+    assert client.closed()
+
+
+def test_http_1_0_gets_an_http_1_0_answer_and_the_connection_closes(served: Served) -> None:
+    client = Client(served)
+    client.tunnel()
+    client.send(b"GET /small HTTP/1.0\r\nHost: files.example:8443\r\n\r\n")
+    status, headers, body = client.answer()
+    assert (status, headers["connection"], body) == ("HTTP/1.0 200 OK", "close", SMALL)
+    assert client.closed()
+
+
+def test_malformed_requests_and_non_http_in_a_tunnel_are_refused(served: Served) -> None:
+    broken = Client(served)
+    broken.tunnel()
+    broken.send(b"GET /small HTTP/1.1\r\nbad header\r\n\r\n")
+    status, _, body = broken.answer()
+    assert (status, body) == (
+        "HTTP/1.1 400 Bad Request",
+        b"fetchproxy: bad request: not a header line: 'bad header'\n",
+    )
+    assert broken.closed()
+    ssh = Client(served)
+    ssh.tunnel("files.example:22", tls=False)
+    ssh.send(b"SSH-2.0-OpenSSH_9.2\r\n")
+    assert ssh.closed()
+    not_proxy = Client(served)
+    not_proxy.send(get("/small"))
+    status, _, body = not_proxy.answer()
+    assert status == "HTTP/1.1 400 Bad Request"
+    assert served.proxy.stop() == 0
+    events = read_events(served.log)
+    assert events == [
+        {
+            "event": "refused",
+            "reason": "not-http",
+            "address": "('files.example', 8443)",
+            "error": "not a header line: 'bad header'",
+        },
+        {"event": "refused", "reason": "not-http", "address": "('files.example', 22)"},
+        {
+            "event": "refused",
+            "reason": "invalid-request",
+            "error": "GET /small: a proxy request needs an absolute URL (or a CONNECT tunnel)",
+        },
+    ]
+    assert served.proxy.replay.stats.refused == 3
+
+
+def test_the_certificate_names_the_sni_host_else_the_connect_host(served: Served) -> None:
+    def names(sni: str | None, authority: str) -> list[str]:
+        client = Client(served)
+        client.tunnel(authority, sni=sni)
+        assert isinstance(client.sock, ssl.SSLSocket)
+        der = client.sock.getpeercert(binary_form=True)
+        assert der is not None
+        san = x509.load_der_x509_certificate(der).extensions.get_extension_for_class(
+            x509.SubjectAlternativeName
+        )
+        return [str(n.value) for n in san.value]
+
+    assert names("other.example", f"{HOST}:8443") == ["other.example"]
+    assert names(None, "127.0.0.7:8443") == ["127.0.0.7"]
+
+
+def test_start_up_failures_listen_on_nothing(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path / "store")
+    digest = digest_bytes(b"gone")
+    lock = tmp_path / "fetchproxy.lock.toml"
+    write_lock(lock, Lock.from_fetches([entry("https://a.example/x", b"gone", digest)]))
+    confdir = tmp_path / "confdir"
+    generate_ca().write(confdir)
+    settings: Callable[..., ProxySettings] = lambda **kw: ProxySettings(  # noqa: E731
+        mode="replay", lock=lock, store=store, confdir=confdir, log=tmp_path / "log", **kw
+    )
+    with pytest.raises(MissingBodiesError, match="1 recorded body is missing from the store"):
+        ProxyThread(settings(listen_port=0)).start()
+    store.put(b"gone")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ProxyStartError) as caught:
+            ProxyThread(settings(listen_port=port)).start()
+    assert str(caught.value) == (
+        f"cannot listen on 127.0.0.1:{port}: error while attempting to bind on address "
+        f"('127.0.0.1', {port}): address already in use — another program listens there; "
+        "choose another port (0 picks a free one)"
+    )
+    assert [p.name for p in confdir.iterdir() if p.name.startswith("leafcerts-")] == []

@@ -82,7 +82,10 @@ def _add_proxy_options(parser: argparse.ArgumentParser, *, record: bool) -> None
         "--http2",
         action="store_true",
         help="speak HTTP/2 with clients and origins that offer it (off by default: slower "
-        "for large bodies, see docs/benchmarks.md)",
+        "for large bodies, see docs/benchmarks.md)"
+        if record
+        else "speak HTTP/2 with clients that offer it: replay then runs on mitmproxy instead "
+        "of fetchproxy's own HTTP/1.1 server, which is much faster (docs/benchmarks.md)",
     )
     if record:
         parser.add_argument(

@@ -47,7 +47,7 @@ def bench_huge(services: Services, rig: Rig, opts: Options, out: Report) -> None
                     name, confdir=rig.confdir, upstream_ca=rig.pki.ca_cert, stream=True
                 )
             else:
-                proxy = start_fetchproxy(services, rig, name, kind)
+                proxy = start_fetchproxy(services, rig, name, kind, http2=http2)
             idle = proxy.memory().rss
             got = curl_download(
                 rig.url("/huge.bin"),

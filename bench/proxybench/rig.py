@@ -131,15 +131,26 @@ def make_rig(
     )
 
 
-def start_fetchproxy(services: Services, rig: Rig, name: str, mode: str) -> Service:
-    """``fetchproxy serve``: replay serves the fixture; record writes a lock of its own."""
+def start_fetchproxy(
+    services: Services, rig: Rig, name: str, mode: str, *, http2: bool = False
+) -> Service:
+    """``fetchproxy serve``: replay serves the fixture; record writes a lock of its own.
+
+    ``http2``: with ``--http2`` (HTTP/2 to clients; replay then runs on mitmproxy).
+    """
     if mode == "replay":
         lock, store = rig.recorded / LOCK_NAME, rig.recorded / "store"
     else:
         (rig.work / name).mkdir(exist_ok=True)
         lock, store = rig.work / name / LOCK_NAME, rig.work / name / "store"
     return services.start_fetchproxy(
-        name, mode, lock=lock, store=store, upstream_ca=rig.pki.ca_cert, data_home=rig.data_home
+        name,
+        mode,
+        lock=lock,
+        store=store,
+        upstream_ca=rig.pki.ca_cert,
+        data_home=rig.data_home,
+        http2=http2,
     )
 
 

@@ -231,13 +231,17 @@ http {{
         store: Path,
         upstream_ca: Path,
         data_home: Path,
+        http2: bool = False,
     ) -> Service:
-        """``fetchproxy serve MODE --listen 127.0.0.1:0``, its CA under ``data_home``."""
+        """``fetchproxy serve MODE --listen 127.0.0.1:0``, its CA under ``data_home``.
+
+        ``http2`` adds ``--http2`` (replay then runs on mitmproxy instead of the direct server).
+        """
         env = _clean_env()
         env["XDG_DATA_HOME"] = str(data_home)
         argv = [sys.executable, "-m", "fetchproxy", "serve", mode, "--listen", f"{LOOPBACK}:0"]
         argv += ["--lock", str(lock), "--store", str(store), "--log", str(lock) + ".events"]
-        argv += ["--upstream-ca", str(upstream_ca)]
+        argv += ["--upstream-ca", str(upstream_ca), *(["--http2"] if http2 else [])]
         service = self._spawn(name, argv, env=env, stdout=True)
         line = _read_line(service, START_TIMEOUT)
         prefix = "fetchproxy: listening on http://"

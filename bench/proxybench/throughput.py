@@ -121,6 +121,7 @@ def bench_small_curl(services: Services, rig: Rig, opts: Options, out: Report) -
         "ceiling-curl", confdir=rig.confdir, upstream_ca=rig.pki.ca_cert, script=ANSWER_EVERYTHING
     )
     replay = start_fetchproxy(services, rig, "replay-curl", "replay")
+    replay_h2 = start_fetchproxy(services, rig, "replay-curl-h2", "replay", http2=True)
     urls = rig.small_urls(opts.curl_requests)
     connections: dict[str, set[int]] = {}
 
@@ -151,10 +152,12 @@ def bench_small_curl(services: Services, rig: Rig, opts: Options, out: Report) -
         reference: batch(ceiling, reference, http2=False),
         "fetchproxy replay, HTTP/1.1": batch(replay, "fetchproxy replay, HTTP/1.1", http2=False),
         f"{CEILING}, HTTP/2": batch(ceiling, f"{CEILING}, HTTP/2", http2=True),
-        "fetchproxy replay, HTTP/2": batch(replay, "fetchproxy replay, HTTP/2", http2=True),
+        "fetchproxy replay --http2, HTTP/2": batch(
+            replay_h2, "fetchproxy replay --http2, HTTP/2", http2=True
+        ),
     }
     found = rounds(systems, count=opts.rounds, reference=reference, cpus=CPUS)
-    for service in (ceiling, replay):
+    for service in (ceiling, replay, replay_h2):
         service.stop()
     out.add(
         f"\n### 1b. {opts.curl_requests:,} x 1 KiB with `curl --parallel --parallel-max "
@@ -193,8 +196,24 @@ def bench_large(services: Services, rig: Rig, opts: Options, out: Report) -> Non
     stream = services.start_mitmdump(
         "mitmdump-stream", confdir=rig.confdir, upstream_ca=rig.pki.ca_cert, stream=True
     )
-    replay = start_fetchproxy(services, rig, "replay-large", "replay")
-    record = start_fetchproxy(services, rig, "record-large", "record")
+    found: dict[str, Series] = {}
+    for protocol in opts.protocols:
+        http2 = protocol == "HTTP/2"
+        tag = "-h2" if http2 else ""
+        replay = start_fetchproxy(services, rig, f"replay-large{tag}", "replay", http2=http2)
+        record = start_fetchproxy(services, rig, f"record-large{tag}", "record", http2=http2)
+        found |= _large_rounds(rig, opts, (stream, replay, record), protocol)
+        for service in (replay, record):
+            service.stop()
+    stream.stop()
+    _large_report(found, rig, opts, out)
+
+
+def _large_rounds(
+    rig: Rig, opts: Options, proxies: tuple[Service, Service, Service], protocol: str
+) -> dict[str, Series]:
+    """Rounds of curl downloads through (mitmdump streaming, replay, record) and directly."""
+    stream, replay, record = proxies
     url = rig.url("/large.bin")
 
     def download(proxy: Service | None, *, http2: bool) -> Callable[[], Sample]:
@@ -219,22 +238,21 @@ def bench_large(services: Services, rig: Rig, opts: Options, out: Report) -> Non
 
         return measure
 
-    found: dict[str, Series] = {}
-    for protocol in opts.protocols:
-        http2 = protocol == "HTTP/2"
-        reference = f"mitmdump streaming pass-through, {protocol}"
-        systems = {
-            reference: download(stream, http2=http2),
-            f"fetchproxy replay, {protocol}": download(replay, http2=http2),
-            f"fetchproxy record, {protocol}": download(record, http2=http2),
-        }
-        if not http2 or rig.origin_kind == "nginx":  # the Python origin speaks HTTP/1.1 only
-            systems[f"{rig.origin_kind} direct, {protocol}"] = download(None, http2=http2)
-        for measure in systems.values():  # untimed warm-up: replay verifies on first use
-            measure()
-        found |= rounds(systems, count=opts.rounds, reference=reference, cpus=CPUS)
-    for service in (stream, replay, record):
-        service.stop()
+    http2 = protocol == "HTTP/2"
+    reference = f"mitmdump streaming pass-through, {protocol}"
+    systems = {
+        reference: download(stream, http2=http2),
+        f"fetchproxy replay, {protocol}": download(replay, http2=http2),
+        f"fetchproxy record, {protocol}": download(record, http2=http2),
+    }
+    if not http2 or rig.origin_kind == "nginx":  # the Python origin speaks HTTP/1.1 only
+        systems[f"{rig.origin_kind} direct, {protocol}"] = download(None, http2=http2)
+    for measure in systems.values():  # untimed warm-up: replay verifies on first use
+        measure()
+    return rounds(systems, count=opts.rounds, reference=reference, cpus=CPUS)
+
+
+def _large_report(found: dict[str, Series], rig: Rig, opts: Options, out: Report) -> None:
     for protocol in opts.protocols:
         for mode in ("replay", "record"):
             series = found[f"fetchproxy {mode}, {protocol}"]

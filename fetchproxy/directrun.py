@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -27,10 +28,16 @@ class DirectReplayRun:
     """One running direct replay server. Use ``await start()``, then ``await stop()``."""
 
     def __init__(
-        self, settings: ProxySettings, *, on_running: Callable[[], None] | None = None
+        self,
+        settings: ProxySettings,
+        *,
+        on_running: Callable[[], None] | None = None,
+        sock: socket.socket | None = None,
     ) -> None:
+        """``sock``: serve on this listening socket instead of the settings' address."""
         self.settings = settings
         self._on_running = on_running
+        self._sock = sock
         self.book: ReplayBook | None = None
         self.server: ReplayServer | None = None
         self.addresses: list[Address] = []
@@ -60,7 +67,7 @@ class DirectReplayRun:
                 only_client_ports=s.only_client_ports,
             )
             try:
-                self.addresses = await self.server.start(s.listen_host, s.listen_port)
+                self.addresses = await self.server.start(s.listen_host, s.listen_port, self._sock)
             except OSError as exc:
                 hint = ""
                 if exc.errno == errno.EADDRINUSE:

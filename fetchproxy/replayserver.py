@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 from contextlib import suppress
 
@@ -104,9 +105,13 @@ class ReplayServer:
         self._keys: dict[tuple[str, ...], _Known] = {}
         self._prepared_bytes = 0
 
-    async def start(self, host: str, port: int) -> list[Address]:
+    async def start(self, host: str, port: int, sock: socket.socket | None = None) -> list[Address]:
+        """Listen on ``host:port``, or on the listening socket ``sock`` (then owned here)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), host, port)
+        if sock is not None:
+            self._server = await loop.create_server(lambda: _Connection(self), sock=sock)
+        else:
+            self._server = await loop.create_server(lambda: _Connection(self), host, port)
         return [(str(s.getsockname()[0]), int(s.getsockname()[1])) for s in self._server.sockets]
 
     async def stop(self) -> None:

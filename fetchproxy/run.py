@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Literal
 
 from fetchproxy.buildenv import build_environment, wgetrc_text
 from fetchproxy.ca import generate_ephemeral_ca
+from fetchproxy.directrun import DirectReplayRun
 from fetchproxy.normalize import DEFAULT_SECRET_PARAMS
 from fetchproxy.relay import Relay
 from fetchproxy.runs import make_run
@@ -152,17 +153,27 @@ async def _run_in_root_sandbox(
 async def _run_in_user_sandbox(
     request: RunRequest, sandbox: UserSandbox, confdir: Path, bundle: bytes
 ) -> int:
+    settings = _settings(request, confdir, "127.0.0.1", 0)
+    inside = f"{sandbox.proxy_host}:{sandbox.proxy_port}"
+    if settings.direct:
+        # The direct replay server serves on the listener made inside the sandbox itself:
+        # no relay, and nothing listens on the host.
+        direct = DirectReplayRun(settings, sock=sandbox.accept_socket())
+        await direct.start()
+        print(user_sandbox_notice(request.sandbox, inside, None), file=sys.stderr)
+        try:
+            status = await _build(request, sandbox, bundle, inside)
+        finally:
+            await direct.stop()
+        return _exit_status(status, direct)
     relay_ports: set[int] = set()
-    settings = dataclasses.replace(
-        _settings(request, confdir, "127.0.0.1", 0), only_client_ports=relay_ports
-    )
+    settings = dataclasses.replace(settings, only_client_ports=relay_ports)
     proxy = make_run(settings)
     await proxy.start()
     host, port = proxy.addresses[0][:2]
     relay = Relay(sandbox.accept_socket(), (host, port), source_ports=relay_ports)
     try:
         await relay.start()
-        inside = f"{sandbox.proxy_host}:{sandbox.proxy_port}"
         print(user_sandbox_notice(request.sandbox, inside, f"{host}:{port}"), file=sys.stderr)
         status = await _build(request, sandbox, bundle, inside)
     except BaseException:
@@ -174,18 +185,27 @@ async def _run_in_user_sandbox(
     return _exit_status(status, proxy)
 
 
-def user_sandbox_notice(choice: SandboxMode, inside: str, outside: str) -> str:
+def user_sandbox_notice(choice: SandboxMode, inside: str, outside: str | None) -> str:
     """The line that says the build runs in the user sandbox, and what it lacks.
 
-    ``inside``: the proxy's address as the build sees it; ``outside``: the proxy's own listener.
+    ``inside``: the proxy's address as the build sees it; ``outside``: the proxy's own listener
+    on the host, when a relay brings it in (None: the proxy serves inside, replay).
     """
     why = "not root, so the build runs" if choice == "auto" else "the build runs"
+    lacks = (
+        f"Unlike the root sandbox it maps only uid {os.getuid()} (the build cannot chown "
+        "files to other users)"
+    )
+    if outside is None:
+        return (
+            f"fetchproxy: {why} in the unprivileged sandbox: a network namespace with only its "
+            f"own loopback, where the proxy listens at {inside}. {lacks}"
+        )
     return (
         f"fetchproxy: {why} in the unprivileged sandbox: a network namespace with only its "
-        f"own loopback, where the proxy is relayed in at {inside}. Unlike the root sandbox "
-        f"it maps only uid {os.getuid()} (the build cannot chown files to other users), and "
-        f"the proxy also listens on the host's {outside} during the run (it serves only the "
-        "relay's connections)"
+        f"own loopback, where the proxy is relayed in at {inside}. {lacks}, and the proxy "
+        f"also listens on the host's {outside} during the run (it serves only the relay's "
+        "connections)"
     )
 
 

@@ -822,6 +822,9 @@ def test_record_then_replay_in_the_user_sandbox(tmp_path: Path, origins: Origins
     assert (tmp_path / "got.txt").read_bytes() == BODY
     assert (tmp_path / "got-tls.txt").read_bytes() == TLS_BODY
     assert "fetchproxy: served 2 fetches (3.1 KiB) from fetchproxy.lock.toml" in replayed.stderr
+    # replay serves on the listener inside the sandbox: no relay, nothing listens on the host
+    assert replayed.stderr.splitlines()[0] == user_sandbox_notice("user", "127.0.0.1:3128", None)
+    assert "also listens on the host" not in replayed.stderr
 
 
 def test_without_root_record_falls_back_to_the_user_sandbox_and_says_so(

@@ -125,13 +125,18 @@ class WriterRuns:
 
 
 def big_body(size: int, repeat: int, work: Path, *, everything: bool) -> WriterRuns:
-    writers = {"DiskStore writer (update + commit)": WriterRuns(DiskStore(work / "big"))}
+    writers = {
+        "DiskStore writer (update + commit)": WriterRuns(DiskStore(work / "big")),
+        "  same, through the page cache (direct=False)": WriterRuns(
+            DiskStore(work / "big-buffered", direct=False)
+        ),
+    }
     if everything:  # the alternatives the defaults were chosen against
-        writers["  same, flushed pages kept in cache"] = WriterRuns(
-            DiskStore(work / "big-cached", drop_flushed=False)
+        writers["  page cache, flushed pages kept in cache"] = WriterRuns(
+            DiskStore(work / "big-cached", direct=False, drop_flushed=False)
         )
-        writers["  same, no early background flush"] = WriterRuns(
-            DiskStore(work / "big-late", flush_every=None)
+        writers["  page cache, no early background flush"] = WriterRuns(
+            DiskStore(work / "big-late", direct=False, flush_every=None)
         )
     for runs in writers.values():  # create the directories outside the timing
         runs.store.remove(runs.store.put(b"warm-up"))

@@ -108,7 +108,7 @@ class BlobWriter(ABC):
         except BaseException:
             self._abort_quietly()
             raise
-        self._hasher.update(chunk)
+        self._hash(chunk)
         self._size += len(chunk)
 
     def commit(self, expected: Digest | None = None) -> Digest:
@@ -121,7 +121,11 @@ class BlobWriter(ABC):
         self._check_open("commit")
         if expected is not None:
             expected = parse_digest(expected)
-        actual = _digest_of(self._hasher)
+        try:
+            actual = self._digest()
+        except BaseException:
+            self._abort_quietly()
+            raise
         if expected is not None and expected != actual:
             self._abort_quietly()
             raise CorruptBlobError.written(
@@ -171,6 +175,14 @@ class BlobWriter(ABC):
     @abstractmethod
     def _write(self, chunk: bytes) -> None:
         """Append ``chunk`` to the pending blob."""
+
+    def _hash(self, chunk: bytes) -> None:
+        """Hash ``chunk``, just written; a writer hashing elsewhere (a thread) overrides this."""
+        self._hasher.update(chunk)
+
+    def _digest(self) -> Digest:
+        """The digest of every byte written, once all of them are."""
+        return _digest_of(self._hasher)
 
     @abstractmethod
     def _publish(self, digest: Digest) -> None:

@@ -1,8 +1,10 @@
 """``DiskStore``: blobs as read-only files under ``<root>/blake3/<2 hex>/<62 hex>``.
 
 Write protocol: stream into an exclusive temp file in ``<root>/tmp/`` while
-hashing (large bodies are flushed, and dropped from the page cache, in the
-background as they arrive); on commit ``fsync`` it, make it read-only (0o444),
+hashing (past the first MiB, where the file system allows it, a large body
+bypasses the page cache: ``O_DIRECT`` writes of 1 MiB batches from a worker
+thread; otherwise it is flushed, and dropped from the page cache, in the
+background as it arrives); on commit ``fsync`` it, make it read-only (0o444),
 hard-link it to its final name — which fails if the blob already exists, so an
 existing blob is never rewritten, only its mtime refreshed for garbage
 collection — remove the temp name and ``fsync`` the directory. Readers and
@@ -30,6 +32,7 @@ from fetchproxy.store.base import (
     Store,
     StoreError,
 )
+from fetchproxy.store.direct import ALIGN, DIRECT_BATCH, DirectWrites, set_direct
 from fetchproxy.store.layout import (
     TEMP_DIR,
     TEMP_SUFFIX,
@@ -44,7 +47,6 @@ BLOB_MODE = 0o444
 DIR_MODE = 0o755
 FLUSH_EVERY = 32 << 20
 """Start a background ``fdatasync`` after this many new bytes (see docs/store.md)."""
-
 # link(2) errors meaning "this file system has no hard links": fall back to rename.
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK})
 _ELSEWHERE = "or pick another store with --store or FETCHPROXY_STORE"
@@ -107,16 +109,24 @@ class DiskStore(Store):
     """The store on disk. Safe for concurrent writers, threads and processes alike."""
 
     def __init__(
-        self, root: Path, *, flush_every: int | None = FLUSH_EVERY, drop_flushed: bool = True
+        self,
+        root: Path,
+        *,
+        direct: bool = True,
+        flush_every: int | None = FLUSH_EVERY,
+        drop_flushed: bool = True,
     ) -> None:
-        """``flush_every`` and ``drop_flushed`` tune how large blobs are written.
+        """``direct``, ``flush_every`` and ``drop_flushed`` tune how large blobs are written.
 
-        Every ``flush_every`` bytes (``None``: never) a writer starts a
-        background ``fdatasync``; with ``drop_flushed`` the bytes it made durable
-        then leave the page cache, so a body streamed once does not evict the
-        build's files. docs/store.md has the measurements behind both defaults.
+        With ``direct``, a blob's bytes past its first ``DIRECT_BATCH`` skip the
+        page cache (``O_DIRECT``) if the file system allows it. Otherwise, every
+        ``flush_every`` bytes (``None``: never) a writer starts a background
+        ``fdatasync``; with ``drop_flushed`` the bytes it made durable then leave
+        the page cache, so a body streamed once does not evict the build's files.
+        docs/store.md has the measurements behind the defaults.
         """
         self.root = Path(root)
+        self.direct = direct
         self.flush_every = flush_every
         self.drop_flushed = drop_flushed
 
@@ -208,8 +218,12 @@ def _sorted_names(directory: Path) -> list[str]:
 class DiskBlobWriter(BlobWriter):
     """Writes into an exclusive temp file; see the module docstring for the protocol.
 
-    Large blobs are flushed to disk in the background while they stream in
-    (every ``store.flush_every`` bytes), so ``commit()``'s final ``fsync`` is short.
+    The first ``DIRECT_BATCH`` bytes go through the page cache. Past them, with
+    ``store.direct`` and a file system that takes ``O_DIRECT``, the rest is
+    hashed and written direct by a thread (``DirectWrites``), so the caller
+    only copies. Otherwise large blobs are flushed to disk in the background
+    while they stream in (every ``store.flush_every`` bytes). Either way
+    ``commit()``'s final ``fsync`` is short.
     """
 
     def __init__(self, store: DiskStore) -> None:
@@ -220,6 +234,10 @@ class DiskBlobWriter(BlobWriter):
         self._unflushed = 0
         self._flusher: threading.Thread | None = None
         self._flush_error: OSError | None = None
+        self._direct: DirectWrites | None = None
+        self._may_go_direct = store.direct
+        self.direct = False
+        """Whether the bytes past the first ``DIRECT_BATCH`` bypass the page cache."""
         try:
             _ensure_dir(store.temp_dir)
             self._fd, name = tempfile.mkstemp(
@@ -230,18 +248,60 @@ class DiskBlobWriter(BlobWriter):
             raise _store_error(f"create a temp file in {store.temp_dir}", exc) from exc
         self.temp_path = Path(name)
 
+    def _hash(self, chunk: bytes) -> None:
+        if self._direct is None:  # else the write thread hashes
+            super()._hash(chunk)
+
+    def _digest(self) -> Digest:
+        if self._direct is not None:
+            direct, self._direct = self._direct, None
+            try:
+                direct.finish()
+            except OSError as exc:
+                raise _store_error(f"write to {self.temp_path}", exc) from exc
+        return super()._digest()
+
     def _write(self, chunk: bytes) -> None:
-        view = memoryview(chunk)
         try:
-            while view:
-                view = view[os.write(self._fd, view) :]
+            if self._may_go_direct and self._written >= DIRECT_BATCH:
+                self._go_direct()
+            if self._direct is not None:
+                self._direct.write(chunk)
+            else:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(self._fd, view) :]
         except OSError as exc:
             raise _store_error(f"write to {self.temp_path}", exc) from exc
         self._written += len(chunk)
+        if self._direct is None:
+            self._flush_in_background(len(chunk))
+
+    def _go_direct(self) -> None:
+        """Write from here on with ``O_DIRECT``, if the file system takes it.
+
+        Direct writes start at a block boundary, so the batch starts with the
+        last partial block, read back from the page cache and written again.
+        """
+        self._may_go_direct = False
+        start = self._written - self._written % ALIGN
+        head = os.pread(self._fd, self._written - start, start)
+        if len(head) != self._written - start:
+            message = (
+                f"the temp file gave back {len(head)} of its last {self._written - start} bytes"
+            )
+            raise OSError(errno.EIO, message)
+        if not set_direct(self._fd, on=True):
+            return
+        self._direct = DirectWrites(self._fd, start, self._hasher, hash_from=len(head))
+        self._direct.write(head)
+        self.direct = True
+
+    def _flush_in_background(self, new: int) -> None:
         flush_every = self._store.flush_every
         if flush_every is None:
             return
-        self._unflushed += len(chunk)
+        self._unflushed += new
         if self._unflushed >= flush_every and not self._flushing():
             self._unflushed = 0
             self._flusher = threading.Thread(
@@ -326,6 +386,9 @@ class DiskBlobWriter(BlobWriter):
         self.temp_path.unlink(missing_ok=True)
 
     def _close(self) -> None:
+        if self._direct is not None:
+            direct, self._direct = self._direct, None
+            direct.close()
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             with contextlib.suppress(OSError):

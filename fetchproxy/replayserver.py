@@ -77,6 +77,8 @@ _BUSY_BUFFER = 1 << 20
 _READ = 256 * 1024
 _CHUNK = 1 << 20
 _TLS_HANDSHAKE = 0x16
+_DISTRUST_ALERTS = ("unknown ca", "bad certificate", "certificate unknown")
+"""TLS alerts a client sends when it does not trust the certificate it was shown."""
 _CONNECTED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -332,7 +334,7 @@ class _Connection(asyncio.Protocol):
                 return b""
             except (ssl.SSLError, OSError) as exc:
                 self._flush_tls()
-                logger.info("replay: TLS handshake for %s failed: %s", self._tunnel, exc)
+                self._handshake_failed(exc)
                 self.abort()
                 return b""
             self._handshaken = True
@@ -351,6 +353,20 @@ class _Connection(asyncio.Protocol):
             self.abort()
         self._flush_tls()
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _handshake_failed(self, exc: Exception) -> None:
+        host, port = self._tunnel or ("?", 0)
+        reason = getattr(exc, "reason", None) or str(exc)
+        if any(alert in reason.lower().replace("_", " ") for alert in _DISTRUST_ALERTS):
+            logger.warning(
+                "replay: a client refused the certificate for %s:%s (%s) — does it trust "
+                "fetchproxy's CA? `fetchproxy ca path` names it (docs/clients.md)",
+                host,
+                port,
+                reason,
+            )
+        else:
+            logger.info("replay: TLS handshake for %s:%s failed: %s", host, port, reason)
 
     def _flush_tls(self) -> None:
         pending = self._outgoing.read()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import socket
 import ssl
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -318,3 +319,26 @@ def test_start_up_failures_listen_on_nothing(tmp_path: Path) -> None:
         "choose another port (0 picks a free one)"
     )
     assert [p.name for p in confdir.iterdir() if p.name.startswith("leafcerts-")] == []
+
+
+def test_a_client_that_does_not_trust_our_ca_is_told_where_it_is(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = Client(served)
+    client.send(f"CONNECT {HOST}:8443 HTTP/1.1\r\n\r\n".encode())
+    assert client.head() == "HTTP/1.1 200 Connection established"
+    untrusting = ssl.create_default_context()  # the system's CAs only
+    with pytest.raises(ssl.SSLCertVerificationError):
+        untrusting.wrap_socket(client.sock, server_hostname=HOST)
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "fetchproxy.replay"]
+
+    deadline = time.monotonic() + 10
+    while not said() and time.monotonic() < deadline:  # the server reads the client's alert
+        time.sleep(0.01)
+    assert served.proxy.stop() == 0
+    assert said() == [
+        f"replay: a client refused the certificate for {HOST}:8443 (TLSV1_ALERT_UNKNOWN_CA) — "
+        "does it trust fetchproxy's CA? `fetchproxy ca path` names it (docs/clients.md)"
+    ]

@@ -7,6 +7,7 @@ follows, and builds the request's URL with :func:`request_url` the way the key e
 
 from __future__ import annotations
 
+import importlib
 import re
 import zlib
 from dataclasses import dataclass
@@ -149,9 +150,11 @@ def read_chunked(data: bytes | bytearray, start: int) -> tuple[bytes, int] | Non
 
 
 def decode_content(body: bytes, encoding: str | None) -> bytes:
-    """A request body without its ``Content-Encoding`` (gzip, deflate), as the key wants it.
+    """A request body without its ``Content-Encoding``, as the key wants it: the recorder keyed
+    the body mitmproxy decoded (gzip, deflate, br, zstd).
 
-    Anything this cannot decode is returned as it came (the key then covers the raw bytes).
+    Anything this cannot decode is returned as it came, as mitmproxy does (the key then covers
+    the raw bytes).
     """
     coding = (encoding or "").strip().lower()
     try:
@@ -162,9 +165,29 @@ def decode_content(body: bytes, encoding: str | None) -> bytes:
                 return zlib.decompress(body)
             except zlib.error:
                 return zlib.decompress(body, -zlib.MAX_WBITS)
-    except zlib.error:
+        if coding == "br":  # brotli: a dependency of mitmproxy, imported when needed
+            return bytes(importlib.import_module("brotli").decompress(body))
+        if coding == "zstd":
+            return _zstd_decompress(body)
+    except Exception:  # noqa: BLE001 -- every codec has its own error: keep the raw bytes
         return body
     return body
+
+
+def _zstd_decompress(body: bytes) -> bytes:
+    """zstd with whichever module mitmproxy's version brought (none: the raw bytes)."""
+    for name in ("compression.zstd", "backports.zstd"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        return bytes(module.decompress(body))
+    try:
+        zstandard = importlib.import_module("zstandard")
+    except ImportError:
+        return body
+    reader = zstandard.ZstdDecompressor().stream_reader(body)
+    return bytes(reader.read())
 
 
 def split_authority(authority: str) -> tuple[str, int | None]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib
 import zlib
 
 import pytest
@@ -104,7 +105,24 @@ def test_request_bodies_lose_their_content_encoding_like_the_recorder_sees_them(
     assert decode_content(zlib.compress(body), "deflate") == body
     assert decode_content(body, None) == body
     assert decode_content(b"not gzip", "gzip") == b"not gzip"  # as it came, like mitmproxy
-    assert decode_content(body, "br") == body
+    brotli = importlib.import_module("brotli")  # mitmproxy's dependency (it has no types)
+    assert decode_content(brotli.compress(body), "br") == body
+    assert decode_content(b"not brotli", "br") == b"not brotli"
+    assert decode_content(body, "compress") == body  # not one mitmproxy decodes either
+
+
+def test_zstd_request_bodies_are_decoded_with_what_mitmproxy_brings() -> None:
+    body = b"0032want 1234\n" * 10
+    for name in ("compression.zstd", "backports.zstd", "zstandard"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        wire = module.compress(body)
+        break
+    else:
+        pytest.fail("no zstd module: mitmproxy depends on one")
+    assert decode_content(wire, "zstd") == body
 
 
 def test_authorities() -> None:

@@ -49,7 +49,7 @@ class LockAnswers:
         Raises :class:`~fetchproxy.store.CorruptBlobError` (nothing answered) when the blob does
         not hash to its name.
         """
-        await self.verified.verify(fetch.digest)
+        await self.verified.verify(fetch.digest, fetch.size)
         request = flow.request
         answer = answer_for(fetch, method=request.method, range_header=request.headers.get("range"))
         if not answer.send_body:

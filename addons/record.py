@@ -27,7 +27,13 @@ from fetchproxy.recording import (
     fetch_from_answer,
     is_recordable,
 )
-from fetchproxy.store import BlobWriter, CorruptBlobError, DiskStore, Store, default_store_path
+from fetchproxy.store import (
+    BlobWriter,
+    DiskStore,
+    Store,
+    StoreError,
+    default_store_path,
+)
 
 logger = logging.getLogger("fetchproxy.record")
 
@@ -177,7 +183,7 @@ class Record:
             return False
         try:
             await self.answers.answer(flow, fetch)
-        except CorruptBlobError as exc:
+        except StoreError as exc:  # corrupt, or not the size the lock says
             logger.warning("%s; fetching it again", exc)
             return False
         flow.metadata[_KEPT] = True

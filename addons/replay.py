@@ -27,6 +27,7 @@ from fetchproxy.replaying import (
     INVALID_REQUEST,
     NOT_HTTP,
     NOT_IN_LOCK,
+    STORE_ERROR,
     refusal,
     refusal_text,
 )
@@ -34,6 +35,7 @@ from fetchproxy.store import (
     CorruptBlobError,
     DiskStore,
     Store,
+    StoreError,
     default_store_path,
 )
 
@@ -118,9 +120,10 @@ class Replay:
         assert self.answers is not None, "replay answers requests only while running"
         try:
             body_bytes = await self.answers.answer(flow, fetch)
-        except CorruptBlobError as exc:
+        except StoreError as exc:  # corrupt, or not the size the lock says
             logger.error("%s", exc)
-            self._refuse(flow, key, reason=CORRUPT_BLOB, status=502)
+            reason = CORRUPT_BLOB if isinstance(exc, CorruptBlobError) else STORE_ERROR
+            self._refuse(flow, key, reason=reason, status=502)
             return
         flow.metadata[_BODY_BYTES] = body_bytes
         self.book.served(key, body_bytes)

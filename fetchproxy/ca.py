@@ -68,11 +68,13 @@ class CertificateAuthority:
             try:
                 names.append(x509.IPAddress(ipaddress.ip_address(host)))
             except ValueError:
-                names.append(x509.DNSName(host))
+                names.append(x509.DNSName(_a_labels(host)))
+        # Clients match the SubjectAltName; the CN is only a label, limited to 64 characters.
+        common_name = str(names[0].value)[:64]
         now = datetime.datetime.now(datetime.UTC)
         cert = (
             x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
             .issuer_name(ca_cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
@@ -96,6 +98,17 @@ class CertificateAuthority:
                 serialization.NoEncryption(),
             ),
         )
+
+
+def _a_labels(host: str) -> str:
+    """A host name as a certificate names it: IDNA A-labels (``bücher.example`` →
+    ``xn--bcher-kva.example``); ASCII names as they are."""
+    if host.isascii():
+        return host
+    try:
+        return host.encode("idna").decode("ascii")
+    except UnicodeError as exc:
+        raise CAError(f"{host!r} is not a host name a certificate can name: {exc}") from None
 
 
 def generate_ca(

@@ -10,11 +10,8 @@ fraction of the time.
 from __future__ import annotations
 
 import errno
-import shutil
 import socket
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 
 from fetchproxy.ca import load_ca
 from fetchproxy.leafcerts import HostContexts
@@ -41,7 +38,6 @@ class DirectReplayRun:
         self.book: ReplayBook | None = None
         self.server: ReplayServer | None = None
         self.addresses: list[Address] = []
-        self._workdir: Path | None = None
 
     @property
     def record(self) -> None:
@@ -58,11 +54,10 @@ class DirectReplayRun:
         self.book = ReplayBook.open(s.lock, s.store, s.log)
         try:
             ca = load_ca(s.confdir)
-            self._workdir = Path(tempfile.mkdtemp(prefix="leafcerts-", dir=s.confdir))
             self.server = ReplayServer(
                 self.book,
                 VerifiedBlobs(s.store),
-                HostContexts(ca, self._workdir),
+                HostContexts(ca),
                 secret_params=s.secret_params,
                 only_client_ports=s.only_client_ports,
             )
@@ -92,6 +87,3 @@ class DirectReplayRun:
     def _cleanup(self) -> None:
         if self.book is not None:
             self.book.close()
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None

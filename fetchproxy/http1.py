@@ -7,9 +7,7 @@ follows, and builds the request's URL with :func:`request_url` the way the key e
 
 from __future__ import annotations
 
-import importlib
 import re
-import zlib
 from dataclasses import dataclass
 
 MAX_HEAD = 64 * 1024
@@ -18,13 +16,19 @@ MAX_BODY = 64 * 1024 * 1024
 """The largest request body accepted (git's upload-pack requests are far smaller)."""
 
 _TOKEN_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_DIGITS_RE = re.compile(r"[0-9]{1,19}")
 _VERSION_RE = re.compile(r"HTTP/1\.[01]")
 _CHUNK_SIZE_RE = re.compile(rb"([0-9A-Fa-f]{1,15})[ \t]*(?:;[^\r\n]*)?")
+_UNSAFE_RE = re.compile(r"[\r\n\0]")
 _METHOD_START_RE = re.compile(rb"[A-Z]{1,20}( |$)")
 
 
 class HTTPParseError(ValueError):
-    """A request that is not valid HTTP/1.1; ``status`` is what to answer (then close)."""
+    """A request that is not valid HTTP/1.1; ``status`` is what to answer (then close).
+
+    Messages never quote a query string or a header value: they end up in the event log, and
+    secrets (tokens, ``Authorization``) must not.
+    """
 
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
@@ -63,23 +67,43 @@ def looks_like_http(data: bytes) -> bool:
     return _METHOD_START_RE.match(data[:21]) is not None
 
 
+def shown_target(target: str) -> str:
+    """A request target fit for a message: at most 100 characters, no query string."""
+    path, question, _ = target.partition("?")
+    return path[:100] + ("?…" if question or len(path) > 100 else "")
+
+
 def parse_head(raw: bytes | bytearray) -> RequestHead:
     """The request line and headers of ``raw``, a head without its final empty line."""
     text = raw.decode("utf-8", "surrogateescape")
     lines = text.split("\r\n")
     parts = lines[0].split(" ")
     if len(parts) != 3 or not parts[1] or not _TOKEN_RE.fullmatch(parts[0]):
-        raise HTTPParseError(f"not an HTTP/1.1 request line: {lines[0][:100]!r}")
+        raise HTTPParseError(
+            f"not an HTTP/1.1 request line ({len(parts)} fields; "
+            "METHOD SP TARGET SP HTTP/1.1 expected)"
+        )
     method, target, version = parts
     if not _VERSION_RE.fullmatch(version):
         raise HTTPParseError(f"unsupported HTTP version {version[:20]!r}", 505)
     headers = []
-    for line in lines[1:]:
+    for number, line in enumerate(lines[1:], start=2):
         name, colon, value = line.partition(":")
         if not colon or not _TOKEN_RE.fullmatch(name):
-            raise HTTPParseError(f"not a header line: {line[:100]!r}")
+            raise HTTPParseError(f"line {number} of the request head is not a header line")
         headers.append((name, value.strip(" \t")))
     return RequestHead(method, target, version, headers)
+
+
+def next_head(data: bytes | bytearray, pos: int) -> tuple[RequestHead, int] | None:
+    """The request head starting at ``data[pos]`` and where its body starts; None while the
+    head is incomplete."""
+    end = data.find(b"\r\n\r\n", pos)
+    if (end < 0 and len(data) - pos > MAX_HEAD) or end - pos > MAX_HEAD:
+        raise HTTPParseError("request head too large", 431)
+    if end < 0:
+        return None
+    return parse_head(data[pos:end]), end + 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +120,8 @@ NO_BODY = Framing()
 def body_framing(head: RequestHead) -> Framing:
     """The body that follows ``head`` (RFC 9112, section 6.3)."""
     encodings = head.values("transfer-encoding")
+    if encodings and head.values("content-length"):
+        raise HTTPParseError("both transfer-encoding and content-length (RFC 9112, 6.3)")
     if encodings:
         codings = [c.strip().lower() for v in encodings for c in v.split(",") if c.strip()]
         if codings != ["chunked"]:
@@ -104,90 +130,91 @@ def body_framing(head: RequestHead) -> Framing:
     lengths = {v.strip() for v in head.values("content-length")}
     if not lengths:
         return NO_BODY
-    if len(lengths) != 1 or not next(iter(lengths)).isdigit():
-        raise HTTPParseError(f"invalid content-length {', '.join(sorted(lengths))!r}")
+    if len(lengths) != 1 or not _DIGITS_RE.fullmatch(next(iter(lengths))):
+        raise HTTPParseError(f"invalid content-length {', '.join(sorted(lengths))[:40]!r}")
     length = int(next(iter(lengths)))
     if length > MAX_BODY:
         raise HTTPParseError(f"request body of {length} bytes is over {MAX_BODY}", 413)
     return Framing(length=length) if length else NO_BODY
 
 
+class ChunkedBody:
+    """Decodes a chunked body as it arrives, from ``start`` in a buffer that only grows.
+
+    :meth:`feed` resumes where the last call stopped, so a body arriving in many pieces is
+    parsed once. Trailers are read (at most :data:`MAX_HEAD` bytes) and dropped.
+    """
+
+    def __init__(self, start: int) -> None:
+        self._at = start
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._trailers_from: int | None = None
+
+    def rebase(self, consumed: int) -> None:
+        """The buffer lost its first ``consumed`` bytes."""
+        self._at -= consumed
+        if self._trailers_from is not None:
+            self._trailers_from -= consumed
+
+    def feed(self, data: bytes | bytearray) -> tuple[bytes, int] | None:
+        """(body, end offset) once ``data`` holds the whole body, else None."""
+        while self._trailers_from is None:
+            line_end = data.find(b"\r\n", self._at)
+            if line_end < 0:
+                if len(data) - self._at > 1024:
+                    raise HTTPParseError("chunk size line too long")
+                return None
+            match = _CHUNK_SIZE_RE.fullmatch(data, self._at, line_end)
+            if match is None:
+                raise HTTPParseError("invalid chunk size line")
+            length = int(match.group(1), 16)
+            if length == 0:
+                self._at = self._trailers_from = line_end + 2
+                break
+            if self._size + length > MAX_BODY:
+                raise HTTPParseError(f"request body over {MAX_BODY} bytes", 413)
+            body_at = line_end + 2
+            if len(data) < body_at + length + 2:
+                return None
+            if data[body_at + length : body_at + length + 2] != b"\r\n":
+                raise HTTPParseError("chunk not followed by CRLF")
+            self._parts.append(bytes(data[body_at : body_at + length]))
+            self._size += length
+            self._at = body_at + length + 2
+        while True:  # the trailer section, ended by an empty line
+            line_end = data.find(b"\r\n", self._at)
+            if line_end < 0 or line_end - self._trailers_from > MAX_HEAD:
+                if len(data) - self._trailers_from > MAX_HEAD:
+                    raise HTTPParseError("chunked trailers too large", 431)
+                return None
+            if line_end == self._at:
+                return b"".join(self._parts), line_end + 2
+            self._at = line_end + 2
+
+
 def read_chunked(data: bytes | bytearray, start: int) -> tuple[bytes, int] | None:
     """Decode a chunked body starting at ``data[start]``: (body, end offset), or None if
-    ``data`` does not hold all of it yet. Trailers are read and dropped."""
-    parts: list[bytes] = []
-    size = 0
-    at = start
-    while True:
-        line_end = data.find(b"\r\n", at)
-        if line_end < 0:
-            if len(data) - at > 1024:
-                raise HTTPParseError("chunk size line too long")
-            return None
-        match = _CHUNK_SIZE_RE.fullmatch(data, at, line_end)
-        if match is None:
-            raise HTTPParseError(f"invalid chunk size line {bytes(data[at:line_end][:40])!r}")
-        length = int(match.group(1), 16)
-        at = line_end + 2
-        if length == 0:
-            break
-        size += length
-        if size > MAX_BODY:
-            raise HTTPParseError(f"request body over {MAX_BODY} bytes", 413)
-        if len(data) < at + length + 2:
-            return None
-        if data[at + length : at + length + 2] != b"\r\n":
-            raise HTTPParseError("chunk not followed by CRLF")
-        parts.append(bytes(data[at : at + length]))
-        at += length + 2
-    while True:  # trailer section, ended by an empty line
-        line_end = data.find(b"\r\n", at)
-        if line_end < 0:
-            return None
-        if line_end == at:
-            return b"".join(parts), at + 2
-        at = line_end + 2
+    ``data`` does not hold all of it yet."""
+    return ChunkedBody(start).feed(data)
 
 
 def decode_content(body: bytes, encoding: str | None) -> bytes:
-    """A request body without its ``Content-Encoding``, as the key wants it: the recorder keyed
-    the body mitmproxy decoded (gzip, deflate, br, zstd).
+    """A request body without its ``Content-Encoding``, as the recorder keyed it.
 
-    Anything this cannot decode is returned as it came, as mitmproxy does (the key then covers
-    the raw bytes).
+    The recorder keys the body mitmproxy's ``get_content(strict=False)`` gives, so this decodes
+    with mitmproxy's own decoder (imported only for an encoded body): whatever it cannot decode
+    is keyed as it came.
     """
-    coding = (encoding or "").strip().lower()
-    try:
-        if coding in ("gzip", "x-gzip"):
-            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
-        if coding == "deflate":
-            try:
-                return zlib.decompress(body)
-            except zlib.error:
-                return zlib.decompress(body, -zlib.MAX_WBITS)
-        if coding == "br":  # brotli: a dependency of mitmproxy, imported when needed
-            return bytes(importlib.import_module("brotli").decompress(body))
-        if coding == "zstd":
-            return _zstd_decompress(body)
-    except Exception:  # noqa: BLE001 -- every codec has its own error: keep the raw bytes
+    if not encoding:
         return body
-    return body
+    from mitmproxy.net import encoding as codings  # noqa: PLC0415 -- rare, and 15 ms
 
-
-def _zstd_decompress(body: bytes) -> bytes:
-    """zstd with whichever module mitmproxy's version brought (none: the raw bytes)."""
-    for name in ("compression.zstd", "backports.zstd"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        return bytes(module.decompress(body))
     try:
-        zstandard = importlib.import_module("zstandard")
-    except ImportError:
+        decoded = codings.decode(body, encoding)
+    except (ValueError, TypeError):
         return body
-    reader = zstandard.ZstdDecompressor().stream_reader(body)
-    return bytes(reader.read())
+    return decoded if isinstance(decoded, bytes) else body
 
 
 def split_authority(authority: str) -> tuple[str, int | None]:
@@ -197,13 +224,13 @@ def split_authority(authority: str) -> tuple[str, int | None]:
         if end < 0:
             raise HTTPParseError(f"invalid authority {authority[:100]!r}")
         host, rest = authority[1:end], authority[end + 1 :]
-        if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+        if rest and not (rest.startswith(":") and _DIGITS_RE.fullmatch(rest[1:])):
             raise HTTPParseError(f"invalid authority {authority[:100]!r}")
         return host, int(rest[1:]) if rest else None
     host, colon, port = authority.rpartition(":")
     if not colon:
         return authority, None
-    if not port.isdigit() or not host or ":" in host:
+    if not _DIGITS_RE.fullmatch(port) or not host or ":" in host:
         raise HTTPParseError(f"invalid authority {authority[:100]!r}")
     return host, int(port)
 
@@ -213,47 +240,58 @@ def request_url(
 ) -> tuple[str, str]:
     """The absolute URL of the request, as the key is computed from it, and its path.
 
-    Inside a ``CONNECT`` tunnel (``tunnel`` = its host and port) the port is the tunnel's and
-    the host is the ``Host`` header's, else the tunnel's. A proxy request names its URL in
-    absolute form; a ``Host`` header still names the host. Raises :class:`HTTPParseError`.
+    The rule of mitmproxy's ``pretty_url``, which the recorder keys on: a ``Host`` header names
+    host and port (the scheme's default port when it has none); without one, the tunnel's
+    (inside ``CONNECT``) or the absolute target's. Raises :class:`HTTPParseError`.
     """
     target = head.target
-    host_header = head.get("host")
     if target.startswith("/"):
         if tunnel is None:
             raise HTTPParseError(
-                f"{head.method} {target[:100]}: a proxy request needs an absolute URL "
+                f"{head.method} {shown_target(target)}: a proxy request needs an absolute URL "
                 "(or a CONNECT tunnel)"
             )
         host, port, path = tunnel[0], tunnel[1], target
     else:
         scheme_end = target.find("://")
         if scheme_end < 0:
-            raise HTTPParseError(f"{head.method} {target[:100]!r}: not an absolute URL")
+            raise HTTPParseError(f"{head.method} {shown_target(target)}: not an absolute URL")
         scheme = target[:scheme_end].lower()
         if scheme not in ("http", "https"):
-            raise HTTPParseError(f"{head.method} {target[:100]!r}: not an http(s) URL")
+            raise HTTPParseError(f"{head.method} {shown_target(target)}: not an http(s) URL")
         rest = target[scheme_end + 3 :]
         slash = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
         authority, path = rest[:slash], rest[slash:]
         if "@" in authority:
             authority = authority.rsplit("@", 1)[1]
         host, given_port = split_authority(authority)
-        port = given_port or (443 if scheme == "https" else 80)
+        port = given_port or _default_port(scheme)
         if tunnel is not None:
             port = tunnel[1]
         if not path.startswith("/"):
             path = "/" + path
+    host_header = ", ".join(head.values("host"))
     if host_header:
-        host = split_authority(host_header.strip())[0] or host
+        named, named_port = split_authority(host_header.strip())
+        host, port = named or host, named_port or _default_port(scheme)
     shown = f"[{host}]" if ":" in host else host
     return f"{scheme}://{shown}:{port}{path}", path
+
+
+def _default_port(scheme: str) -> int:
+    return 443 if scheme == "https" else 80
 
 
 def response_head(
     version: str, status: int, reason: str, headers: tuple[tuple[str, str], ...]
 ) -> bytes:
-    """The status line and headers of an answer, ending in the empty line."""
+    """The status line and headers of an answer, ending in the empty line.
+
+    Raises :class:`ValueError` for a header with CR, LF or NUL in it (a lock edited by hand).
+    """
+    for name, value in headers:
+        if _UNSAFE_RE.search(name) or _UNSAFE_RE.search(value):
+            raise ValueError(f"header {name!r} has a line break or NUL in its value")
     lines = [f"{version} {status} {reason}\r\n"]
     lines.extend(f"{name}: {value}\r\n" for name, value in headers)
     lines.append("\r\n")

@@ -3,28 +3,25 @@
 The direct replay server terminates TLS inside each ``CONNECT`` tunnel as the origin would,
 with a certificate for the host the client asked for (its SNI, else the ``CONNECT`` host)
 signed by fetchproxy's CA. Certificates are made on first use and kept for the run; their keys
-live only in memory (the PEM is written to a private temp file just long enough for OpenSSL to
-load it).
+live only in memory (OpenSSL reads the PEM from a ``memfd``, never the disk).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
-import tempfile
-from pathlib import Path
 
 from fetchproxy.ca import CertificateAuthority
+
+logger = logging.getLogger("fetchproxy.replay")
 
 
 class HostContexts:
     """``SSLContext`` per host name or address, each offering only ``alpn`` (HTTP/1.1)."""
 
-    def __init__(
-        self, ca: CertificateAuthority, workdir: Path, *, alpn: tuple[str, ...] = ("http/1.1",)
-    ) -> None:
+    def __init__(self, ca: CertificateAuthority, *, alpn: tuple[str, ...] = ("http/1.1",)) -> None:
         self._ca = ca
-        self._workdir = workdir
         self._alpn = list(alpn)
         self._contexts: dict[str, ssl.SSLContext] = {}
 
@@ -40,17 +37,23 @@ class HostContexts:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.set_alpn_protocols(self._alpn)
-        fd, name = tempfile.mkstemp(dir=self._workdir, prefix="leaf-", suffix=".pem")
+        # OpenSSL loads a key only from a file: hand it one that lives in memory only.
+        fd = os.memfd_create("fetchproxy-leaf", os.MFD_CLOEXEC)
         try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(key_pem + cert_pem + self._ca.cert_pem)
-            context.load_cert_chain(name)
+            os.write(fd, key_pem + cert_pem + self._ca.cert_pem)
+            context.load_cert_chain(f"/proc/self/fd/{fd}")
         finally:
-            Path(name).unlink()
+            os.close(fd)
         context.sni_callback = self._switch
         return context
 
-    def _switch(self, connection: ssl.SSLObject, server_name: str | None, _: object) -> None:
+    def _switch(self, connection: ssl.SSLObject, server_name: str | None, _: object) -> int | None:
         """On a ClientHello with SNI: present the certificate for that name."""
-        if server_name:
+        if not server_name:
+            return None
+        try:
             connection.context = self.for_host(server_name)
+        except (ValueError, OSError) as exc:
+            logger.warning("replay: no certificate for %r: %s", server_name[:100], exc)
+            return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
+        return None

@@ -69,6 +69,14 @@ FIELDS: Final = (
 FIELD_NAMES: Final = frozenset(f.name for f in FIELDS)
 
 _METHOD_RE = re.compile(r"[A-Z][A-Z0-9!#$%&'*+.^_`|~-]*")
+_LINE_BREAK_RE = re.compile(r"[\r\n\x00]")
+_HEADER_FIELDS = (
+    ("content-type", "content_type"),
+    ("content-encoding", "content_encoding"),
+    ("content-disposition", "content_disposition"),
+    ("location", "location"),
+)
+"""Fields replay sends back as response headers."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -185,6 +193,13 @@ def _checked(values: dict[str, object]) -> Fetch:
         number = values.get(attr)
         if isinstance(number, int) and number < 0:
             raise _BadValueError(name, f"{number} is negative")
+    for name, attr in _HEADER_FIELDS:
+        text = values.get(attr)
+        if isinstance(text, str) and _LINE_BREAK_RE.search(text):
+            # replayed as a header: a line break would add headers of its own
+            raise _BadValueError(
+                name, f"{text!r} has a line break or NUL in it, which no header value can hold"
+            )
     return Fetch(**values)  # type: ignore[arg-type]
 
 

@@ -20,6 +20,7 @@ NOT_IN_LOCK = "not-in-lock"
 CORRUPT_BLOB = "corrupt-blob"
 NOT_HTTP = "not-http"
 INVALID_REQUEST = "invalid-request"
+STORE_ERROR = "store-error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,8 @@ def refusal_text(key: RequestKey, *, lock_name: str, reason: str = NOT_IN_LOCK) 
         why = f"not in the lock {lock_name}"
     elif reason == CORRUPT_BLOB:
         why = f"the recorded body in the store is corrupt (lock {lock_name})"
+    elif reason == STORE_ERROR:
+        why = f"the recorded body cannot be served from the store (lock {lock_name})"
     else:
         why = f"{reason} (lock {lock_name})"
     return f"fetchproxy: refused {key.method} {key.url}: {why}\n"

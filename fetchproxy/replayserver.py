@@ -28,15 +28,15 @@ from contextlib import suppress
 from fetchproxy.digest import digest_bytes
 from fetchproxy.gitbody import canonical_body
 from fetchproxy.http1 import (
-    MAX_HEAD,
     NO_BODY,
+    ChunkedBody,
+    Framing,
     HTTPParseError,
     RequestHead,
     body_framing,
     decode_content,
     looks_like_http,
-    parse_head,
-    read_chunked,
+    next_head,
     request_url,
     response_head,
     split_authority,
@@ -55,6 +55,7 @@ from fetchproxy.replaying import (
     INVALID_REQUEST,
     NOT_HTTP,
     NOT_IN_LOCK,
+    STORE_ERROR,
     Answer,
     answer_for,
     refusal,
@@ -67,9 +68,10 @@ logger = logging.getLogger("fetchproxy.replay")
 
 Address = tuple[str, int]
 
-STORE_ERROR = "store-error"
 _KEY_CACHE = 65536
-"""Request keys remembered by request line and selecting headers (cleared when full)."""
+_KEY_CACHE_BYTES = 32 * 1024 * 1024
+"""Request keys remembered by request line and selecting headers (cleared when either is
+reached)."""
 _PREPARED_BYTES = 32 * 1024 * 1024
 """Memory for whole answers kept ready for requests seen again (small bodies only)."""
 _BUSY_BUFFER = 1 << 20
@@ -106,6 +108,7 @@ class ReplayServer:
         self.connections: set[_Connection] = set()
         self._keys: dict[tuple[str, ...], _Known] = {}
         self._prepared_bytes = 0
+        self._key_bytes = 0
 
     async def start(self, host: str, port: int, sock: socket.socket | None = None) -> list[Address]:
         """Listen on ``host:port``, or on the listening socket ``sock`` (then owned here)."""
@@ -165,8 +168,11 @@ class ReplayServer:
         url, path = request_url(head, scheme=scheme, tunnel=tunnel)
         body_digest = None
         if body:
-            decoded = decode_content(body, head.get("content-encoding"))
-            body_digest = digest_bytes(canonical_body(path, head.get("content-type"), decoded))
+            # as mitmproxy's headers.get() gives them to the recorder: repeated fields joined
+            encoding = ", ".join(head.values("content-encoding")) or None
+            content_type = ", ".join(head.values("content-type")) or None
+            decoded = decode_content(body, encoding)
+            body_digest = digest_bytes(canonical_body(path, content_type, decoded))
         key = normalize_request(
             head.method,
             url,
@@ -176,9 +182,10 @@ class ReplayServer:
         )
         found = _Known(key, self.book.lookup(key))
         if cache_key is not None:
-            if len(self._keys) >= _KEY_CACHE:
+            self._key_bytes += sum(map(len, cache_key)) + len(key.url)
+            if len(self._keys) >= _KEY_CACHE or self._key_bytes > _KEY_CACHE_BYTES:
                 self._keys.clear()
-                self._prepared_bytes = 0
+                self._key_bytes = self._prepared_bytes = 0
             self._keys[cache_key] = found
         return found
 
@@ -200,6 +207,34 @@ class _Known:
         self.whole: bytes | None = None
 
 
+class _Pending:
+    """A request whose head is read; its body (if any) may still be arriving."""
+
+    __slots__ = ("chunked", "framing", "head", "start")
+
+    def __init__(self, head: RequestHead, framing: Framing, start: int) -> None:
+        self.head = head
+        self.framing = framing
+        self.start = start
+        """Where the body starts in the buffer."""
+        self.chunked = ChunkedBody(start) if framing.chunked else None
+
+    def body(self, buffer: bytes | bytearray) -> tuple[bytes, int] | None:
+        """(body, end offset) once the buffer holds all of it, else None."""
+        if self.chunked is not None:
+            return self.chunked.feed(buffer)
+        end = self.start + self.framing.length
+        if len(buffer) < end:
+            return None
+        return (bytes(buffer[self.start : end]) if self.framing.length else b""), end
+
+    def rebase(self, consumed: int) -> None:
+        """The buffer lost its first ``consumed`` bytes."""
+        self.start -= consumed
+        if self.chunked is not None:
+            self.chunked.rebase(consumed)
+
+
 class _Connection(asyncio.Protocol):
     """One client connection: proxy requests, a CONNECT tunnel, TLS inside it, HTTP/1.1."""
 
@@ -216,6 +251,8 @@ class _Connection(asyncio.Protocol):
         self._outgoing = ssl.MemoryBIO()
         self._handshaken = False
         self._continued = False
+        self._pending: _Pending | None = None
+        """The request whose body is still arriving."""
         self._writable: asyncio.Future[None] | None = None
         self._answered = 0
         self._peer_done = False
@@ -248,6 +285,11 @@ class _Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
+        if self.task is None and self._state != "closed" and self.transport is not None:
+            self.transport.resume_reading()
+            if self._buffer:
+                self._process()
+            self._close_if_done()
 
     def abort(self) -> None:
         self._state = "closed"
@@ -275,7 +317,7 @@ class _Connection(asyncio.Protocol):
             buffer += data  # a request still arriving: no quadratic copying
         else:
             self._buffer = bytearray(buffer) + data
-        if self.task is None:
+        if self.task is None and not self._write_blocked():
             self._process()
             self._close_if_done()
         elif len(self._buffer) > _BUSY_BUFFER and self.transport is not None:
@@ -298,7 +340,12 @@ class _Connection(asyncio.Protocol):
         assert self._tunnel is not None
         if data[0] == _TLS_HANDSHAKE:
             host = self._tunnel[0]
-            context = self.server.contexts.for_host(host)
+            try:
+                context = self.server.contexts.for_host(host)
+            except (ValueError, OSError) as exc:  # a name no certificate can carry
+                logger.warning("replay: no certificate for %r: %s", host[:100], exc)
+                self.abort()
+                return False
             self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
             self._state = "tls"
             self._scheme = "https"
@@ -404,39 +451,51 @@ class _Connection(asyncio.Protocol):
     # ---------------------------------------------------------------------------- requests
 
     def _process(self) -> None:
-        """Answer every complete request in the buffer, in order, until one needs to wait."""
-        while self.task is None and self._state not in ("closed", "tunnel"):
-            buffer = self._buffer
-            end = buffer.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buffer) > MAX_HEAD:
-                    self._fail(HTTPParseError("request head too large", 431))
-                return
-            if end > MAX_HEAD:
-                self._fail(HTTPParseError("request head too large", 431))
-                return
-            try:
-                head = parse_head(buffer[:end])
-                framing = body_framing(head) if head.method != "CONNECT" else NO_BODY
-                start = end + 4
-                if framing.chunked:
-                    found = read_chunked(buffer, start)
-                    if found is None:
-                        self._continue(head)
-                        return
-                    body, consumed = found
-                else:
-                    consumed = start + framing.length
-                    if len(buffer) < consumed:
-                        self._continue(head)
-                        return
-                    body = bytes(buffer[start:consumed])
-            except HTTPParseError as exc:
-                self._fail(exc)
-                return
-            self._buffer = buffer[consumed:]
-            self._continued = False
-            self._request(head, body)
+        """Answer every complete request in the buffer, in order, until one must wait: for its
+        body, for a slow answer, or for the client to read what was sent (backpressure)."""
+        buffer = self._buffer
+        pos = 0
+        try:
+            while (
+                self.task is None
+                and self._state in ("proxy", "tls", "plain")
+                and not self._write_blocked()
+            ):
+                pending = self._pending
+                if pending is None:
+                    found_head = next_head(buffer, pos)
+                    if found_head is None:
+                        break
+                    head, start = found_head
+                    framing = body_framing(head) if head.method != "CONNECT" else NO_BODY
+                    pending = _Pending(head, framing, start)
+                    self._pending = pending
+                found = pending.body(buffer)
+                if found is None:
+                    self._continue(pending.head)
+                    break
+                body, pos = found
+                self._pending = None
+                self._continued = False
+                self._request(pending.head, body)
+        except HTTPParseError as exc:
+            self._fail(exc)
+        except Exception:
+            logger.exception("replay: internal error answering a request; connection closed")
+            self.abort()
+        rest = buffer[pos:] if pos else buffer
+        self._buffer = b""
+        if self._pending is not None:
+            self._pending.rebase(pos)
+        if self._state == "tunnel" and rest:
+            self.data_received(bytes(rest))  # what followed the CONNECT in the same read
+        elif self._state != "closed":
+            self._buffer = rest
+        if self._write_blocked() and self.transport is not None:
+            self.transport.pause_reading()  # until the client reads what it was sent
+
+    def _write_blocked(self) -> bool:
+        return self._writable is not None and not self._writable.done()
 
     def _continue(self, head: RequestHead) -> None:
         """The body is still coming: tell a client that waits for it to go on."""
@@ -476,7 +535,10 @@ class _Connection(asyncio.Protocol):
             text = f"fetchproxy: refused: {exc}\n".encode()
             answer = Answer(
                 400,
-                (("content-type", "text/plain"), ("content-length", str(len(text)))),
+                (
+                    ("content-type", "text/plain; charset=utf-8"),
+                    ("content-length", str(len(text))),
+                ),
                 None,
             )
             self._write_answer(head, answer, text)
@@ -498,7 +560,7 @@ class _Connection(asyncio.Protocol):
             return
         if fetch.size <= SMALL_BODY:
             cached = server.blobs.cached(fetch.digest)
-            if cached is not None:
+            if cached is not None and len(cached) == fetch.size:
                 answer = answer_for(fetch, method=head.method, range_header=range_header)
                 if plain and answer.body is None:
                     whole = self._answer_bytes(head, answer, cached)
@@ -529,10 +591,7 @@ class _Connection(asyncio.Protocol):
         self._tunnel = (host, port)
         self._answered = 0  # requests inside the tunnel
         self._send(_CONNECTED)
-        self._state = "tunnel"
-        rest, self._buffer = self._buffer, b""
-        if rest:
-            self.data_received(bytes(rest))
+        self._state = "tunnel"  # _process hands on whatever followed in the same read
 
     def _refuse(self, head: RequestHead, key: RequestKey, reason: str, status: int = 403) -> None:
         lock_name = self.server.lock_name
@@ -554,7 +613,7 @@ class _Connection(asyncio.Protocol):
 
     @staticmethod
     def _answer_bytes(head: RequestHead, answer: Answer, body: bytes) -> bytes:
-        headers = answer.headers if head.keep_alive else (*answer.headers, ("connection", "close"))
+        headers = _with_connection(head, answer.headers)
         out = response_head(head.version, answer.status, answer.reason, headers)
         if answer.send_body and head.method != "HEAD":
             out += body if answer.body is None else body[answer.body.start : answer.body.end + 1]
@@ -580,9 +639,9 @@ class _Connection(asyncio.Protocol):
         book = self.server.book
         try:
             if fetch.size <= SMALL_BODY:
-                body = await blobs.small_body(fetch.digest)
+                body = await blobs.small_body(fetch.digest, fetch.size)
             else:
-                await blobs.verify(fetch.digest)
+                await blobs.verify(fetch.digest, fetch.size)
                 body = None
         except StoreError as exc:
             logger.error("%s", exc)
@@ -597,7 +656,7 @@ class _Connection(asyncio.Protocol):
             (0, fetch.size) if answer.body is None else (answer.body.start, answer.body.end + 1)
         )
         keep_alive = head.keep_alive
-        headers = answer.headers if keep_alive else (*answer.headers, ("connection", "close"))
+        headers = _with_connection(head, answer.headers)
         self._send(response_head(head.version, answer.status, answer.reason, headers))
         book.served(key, end - start)
         try:
@@ -625,3 +684,14 @@ class _Connection(asyncio.Protocol):
                 position = chunk_end
                 if position >= end:
                     break
+
+
+def _with_connection(
+    head: RequestHead, headers: tuple[tuple[str, str], ...]
+) -> tuple[tuple[str, str], ...]:
+    """The answer's headers plus what says whether the connection stays open, when needed."""
+    if not head.keep_alive:
+        return (*headers, ("connection", "close"))
+    if head.version == "HTTP/1.0":
+        return (*headers, ("connection", "keep-alive"))
+    return headers

@@ -11,11 +11,15 @@ import asyncio
 from collections import OrderedDict
 
 from fetchproxy.digest import Digest
-from fetchproxy.store import Store
+from fetchproxy.store import Store, StoreError
 
 SMALL_BODY = 256 * 1024
 """Bodies up to this size are answered from memory; larger ones are streamed from the store."""
 CACHE_BYTES = 64 * 1024 * 1024
+
+
+class WrongSizeError(StoreError):
+    """The lock's ``size`` for a body is not the size of the blob it names."""
 
 
 class VerifiedBlobs:
@@ -24,6 +28,7 @@ class VerifiedBlobs:
     def __init__(self, store: Store, *, cache_bytes: int = CACHE_BYTES) -> None:
         self.store = store
         self._verified: set[Digest] = set()
+        self._sizes: dict[Digest, int] = {}
         self._cache: OrderedDict[Digest, bytes] = OrderedDict()
         self._cache_size = 0
         self._cache_bytes = cache_bytes
@@ -31,14 +36,27 @@ class VerifiedBlobs:
     def is_verified(self, digest: Digest) -> bool:
         return digest in self._verified
 
-    async def verify(self, digest: Digest) -> None:
-        """Rehash the blob unless this run did already.
+    async def verify(self, digest: Digest, size: int | None = None) -> None:
+        """Rehash the blob unless this run did already; with ``size``, check its size too.
 
-        Raises :class:`~fetchproxy.store.CorruptBlobError` when it does not hash to its name.
+        Raises :class:`~fetchproxy.store.CorruptBlobError` when it does not hash to its name,
+        :class:`WrongSizeError` when it is not ``size`` bytes long (the answer would carry a
+        wrong content-length).
         """
         if digest not in self._verified:
             await asyncio.to_thread(self.store.verify, digest)
             self._verified.add(digest)
+        if size is None:
+            return
+        actual = self._sizes.get(digest)
+        if actual is None:
+            actual = self._sizes[digest] = self.store.size_of(digest)
+        if actual != size:
+            raise WrongSizeError(
+                f"{digest}: the store holds {actual} bytes, the lock says size = {size} — "
+                "the lock was edited by hand? Record it again, or check it with "
+                "`fetchproxy lock verify`"
+            )
 
     def cached(self, digest: Digest) -> bytes | None:
         """The small body ``digest`` if it is in memory (it was verified to get there)."""
@@ -47,12 +65,12 @@ class VerifiedBlobs:
             self._cache.move_to_end(digest)
         return body
 
-    async def small_body(self, digest: Digest) -> bytes:
+    async def small_body(self, digest: Digest, size: int | None = None) -> bytes:
         """The whole (small) body, verified, from memory or read once from the store."""
+        await self.verify(digest, size)
         cached = self.cached(digest)
         if cached is not None:
             return cached
-        await self.verify(digest)
         store = self.store
 
         def read() -> bytes:

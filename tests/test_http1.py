@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import importlib
 import zlib
@@ -11,6 +12,7 @@ import pytest
 from fetchproxy.http1 import (
     MAX_BODY,
     NO_BODY,
+    ChunkedBody,
     Framing,
     HTTPParseError,
     RequestHead,
@@ -21,6 +23,7 @@ from fetchproxy.http1 import (
     read_chunked,
     request_url,
     response_head,
+    shown_target,
     split_authority,
 )
 
@@ -45,16 +48,27 @@ def test_a_head_is_split_into_method_target_version_and_headers_in_order() -> No
     assert parsed.get("range") is None
 
 
+REQUEST_LINE = "not an HTTP/1.1 request line ({} fields; METHOD SP TARGET SP HTTP/1.1 expected)"
+
+
 @pytest.mark.parametrize(
     ("raw", "status", "message"),
     [
-        (b"GET /a", 400, "not an HTTP/1.1 request line: 'GET /a'"),
-        (b"GET  /a HTTP/1.1", 400, "not an HTTP/1.1 request line: 'GET  /a HTTP/1.1'"),
-        (b"G(T /a HTTP/1.1", 400, "not an HTTP/1.1 request line: 'G(T /a HTTP/1.1'"),
+        (b"GET /a", 400, REQUEST_LINE.format(2)),
+        (b"GET  /a?token=SECRET HTTP/1.1", 400, REQUEST_LINE.format(4)),
+        (b"G(T /a HTTP/1.1", 400, REQUEST_LINE.format(3)),
         (b"GET /a HTTP/2.0", 505, "unsupported HTTP version 'HTTP/2.0'"),
-        (b"GET /a HTTP/1.1\r\nno colon", 400, "not a header line: 'no colon'"),
-        (b"GET /a HTTP/1.1\r\n folded: x", 400, "not a header line: ' folded: x'"),
-        (b"GET /a HTTP/1.1\r\nbad name: x", 400, "not a header line: 'bad name: x'"),
+        (b"GET /a HTTP/1.1\r\nno colon", 400, "line 2 of the request head is not a header line"),
+        (
+            b"GET /a HTTP/1.1\r\nA: 1\r\n folded: x",
+            400,
+            "line 3 of the request head is not a header line",
+        ),
+        (
+            b"GET /a HTTP/1.1\r\nAuthorization Bearer SECRET",
+            400,
+            "line 2 of the request head is not a header line",
+        ),
     ],
 )
 def test_what_is_not_http_1_1_is_an_error_with_a_status(
@@ -93,7 +107,7 @@ def test_chunked_bodies_are_decoded_once_complete() -> None:
     assert read_chunked(wire, 0) == (b"Wikipedia", len(wire) - 4)
     for cut in range(len(wire) - 4):
         assert read_chunked(wire[:cut], 0) is None, cut
-    with pytest.raises(HTTPParseError, match="invalid chunk size line b'zz'"):
+    with pytest.raises(HTTPParseError, match="invalid chunk size line"):
         read_chunked(b"zz\r\n", 0)
     with pytest.raises(HTTPParseError, match="chunk not followed by CRLF"):
         read_chunked(b"2\r\nabX\r\n", 0)
@@ -177,3 +191,62 @@ def test_a_response_head_keeps_header_order_and_bytes() -> None:
     assert response_head("HTTP/1.1", 200, "OK", (("b", "1"), ("a", "é"))) == (
         "HTTP/1.1 200 OK\r\nb: 1\r\na: é\r\n\r\n".encode()
     )
+
+
+def test_framing_that_mitmproxy_refuses_is_refused() -> None:
+    both = head(("Transfer-Encoding", "chunked"), ("Content-Length", "3"))
+    with pytest.raises(HTTPParseError, match="both transfer-encoding and content-length"):
+        body_framing(both)
+    for digits in ("²", "١٢", "+3", " "):  # str.isdigit() would take the first two
+        with pytest.raises(HTTPParseError, match="invalid content-length"):
+            body_framing(head(("Content-Length", digits)))
+    for authority in ("files.example:²³", "[::1]:²"):
+        with pytest.raises(HTTPParseError, match="invalid authority"):
+            split_authority(authority)
+
+
+def test_a_chunked_body_is_parsed_once_however_it_arrives() -> None:
+    wire = b"4\r\nWiki\r\n5\r\npedia\r\n0\r\nX-Trailer: 1\r\n\r\n"
+    decoder = ChunkedBody(0)
+    got = None
+    for end in range(1, len(wire) + 1):
+        got = decoder.feed(wire[:end])
+        assert (got is None) == (end < len(wire)), end
+    assert got == (b"Wikipedia", len(wire))
+    endless = b"1\r\nx\r\n0\r\n" + b"x-t: aaaaaaaa\r\n" * 5000
+    with pytest.raises(HTTPParseError, match="chunked trailers too large") as caught:
+        ChunkedBody(0).feed(endless)
+    assert caught.value.status == 431
+
+
+def test_messages_never_quote_a_query_or_a_header_value() -> None:
+    assert shown_target("/repo.tar.gz?token=SECRET") == "/repo.tar.gz?…"
+    assert shown_target("/" + "a" * 200) == "/" + "a" * 99 + "?…"
+    for bad in (head(target="/p?token=SECRET"), head(target="ftp://h/p?access_token=SECRET")):
+        with pytest.raises(HTTPParseError) as caught:
+            request_url(bad, scheme="http", tunnel=None)
+        assert "SECRET" not in str(caught.value)
+
+
+def test_the_host_header_names_host_and_port_as_mitmproxy_pretty_url_does() -> None:
+    tunnel = ("files.example", 8443)
+    assert request_url(head(("Host", "files.example")), scheme="https", tunnel=tunnel)[0] == (
+        "https://files.example:443/a"
+    )
+    assert request_url(head(("Host", "files.example:9999")), scheme="https", tunnel=tunnel)[0] == (
+        "https://files.example:9999/a"
+    )
+    absolute = head(("Host", "other.example"), target="http://files.example:8080/a")
+    assert request_url(absolute, scheme="http", tunnel=None)[0] == "http://other.example:80/a"
+
+
+def test_request_bodies_are_decoded_by_mitmproxy_s_rules() -> None:
+    body = b"0032want 1234\n" * 10
+    assert decode_content(gzip.compress(body), "x-gzip") == gzip.compress(body)  # as mitmproxy
+    assert decode_content(bz2.compress(body), "bz2") == body  # mitmproxy falls back to codecs
+    assert decode_content(gzip.compress(body), "gzip, identity") == gzip.compress(body)
+
+
+def test_a_header_value_with_a_line_break_is_never_written() -> None:
+    with pytest.raises(ValueError, match="has a line break or NUL"):
+        response_head("HTTP/1.1", 200, "OK", (("content-type", "text/plain\r\nSet-Cookie: x"),))

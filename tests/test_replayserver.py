@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from fetchproxy.ca import generate_ca
+from fetchproxy.ca import generate_ca, load_ca
 from fetchproxy.digest import Digest, digest_bytes
 from fetchproxy.directrun import DirectReplayRun
 from fetchproxy.gitbody import canonical_body
+from fetchproxy.leafcerts import HostContexts
 from fetchproxy.lock import Fetch, Lock
 from fetchproxy.lockfile import write_lock
 from fetchproxy.replaybook import MissingBodiesError
@@ -37,6 +38,8 @@ LARGE = bytes(range(256)) * 4096  # 1 MiB: streamed from the store
 UPLOAD = b"0032want " + b"a" * 40 + b"\n00000009done\n"
 ANSWER = b"the answer to the upload\n"
 HOST = "files.example"
+LONG_HOST = "my-bucket-name-with-a-long-name.s3.dualstack.eu-central-1.amazonaws.com"
+MEDIUM = bytes(range(256)) * 800  # 200 KiB: answered from memory
 
 
 @dataclass
@@ -59,6 +62,7 @@ def entry(url: str, body: bytes, digest: Digest, *, method: str = "GET", **field
 def served(tmp_path: Path) -> Iterator[Served]:
     store = DiskStore(tmp_path / "store")
     small, large, answer = store.put(SMALL), store.put(LARGE), store.put(ANSWER)
+    medium = store.put(MEDIUM)
     upload_key = digest_bytes(canonical_body("/repo/git-upload-pack", None, UPLOAD))
     lock = Lock.from_fetches(
         [
@@ -66,6 +70,9 @@ def served(tmp_path: Path) -> Iterator[Served]:
             entry(f"https://{HOST}:8443/large", LARGE, large),
             entry(f"http://{HOST}/plain", SMALL, small),
             entry(f"http://{HOST}:8080/tunnelled", SMALL, small),
+            entry(f"https://{HOST}:8443/medium", MEDIUM, medium),
+            entry(f"https://{LONG_HOST}/small", SMALL, small),
+            entry(f"https://{HOST}:8443/wrong-size", b"12345", small),  # a lock edited by hand
             entry(
                 f"https://{HOST}:8443/repo/git-upload-pack",
                 ANSWER,
@@ -248,7 +255,7 @@ def test_malformed_requests_and_non_http_in_a_tunnel_are_refused(served: Served)
     status, _, body = broken.answer()
     assert (status, body) == (
         "HTTP/1.1 400 Bad Request",
-        b"fetchproxy: bad request: not a header line: 'bad header'\n",
+        b"fetchproxy: bad request: line 2 of the request head is not a header line\n",
     )
     assert broken.closed()
     ssh = Client(served)
@@ -266,7 +273,7 @@ def test_malformed_requests_and_non_http_in_a_tunnel_are_refused(served: Served)
             "event": "refused",
             "reason": "not-http",
             "address": "('files.example', 8443)",
-            "error": "not a header line: 'bad header'",
+            "error": "line 2 of the request head is not a header line",
         },
         {"event": "refused", "reason": "not-http", "address": "('files.example', 22)"},
         {
@@ -318,7 +325,6 @@ def test_start_up_failures_listen_on_nothing(tmp_path: Path) -> None:
         f"('127.0.0.1', {port}): address already in use — another program listens there; "
         "choose another port (0 picks a free one)"
     )
-    assert [p.name for p in confdir.iterdir() if p.name.startswith("leafcerts-")] == []
 
 
 def test_a_client_that_does_not_trust_our_ca_is_told_where_it_is(
@@ -342,3 +348,82 @@ def test_a_client_that_does_not_trust_our_ca_is_told_where_it_is(
         f"replay: a client refused the certificate for {HOST}:8443 (TLSV1_ALERT_UNKNOWN_CA) — "
         "does it trust fetchproxy's CA? `fetchproxy ca path` names it (docs/clients.md)"
     ]
+
+
+def test_a_host_name_longer_than_a_certificate_cn_is_served(served: Served) -> None:
+    client = Client(served)
+    client.tunnel(f"{LONG_HOST}:443", sni=LONG_HOST)
+    client.send(get("/small", host=LONG_HOST))
+    assert client.answer()[2] == SMALL
+    assert HostContexts(load_ca(served.ca_cert.parent)).for_host("bücher.example") is not None
+
+
+def test_a_client_that_does_not_read_cannot_make_the_server_buffer_without_bound(
+    served: Served,
+) -> None:
+    client = Client(served)
+    client.tunnel()
+    client.send(get("/medium"))
+    assert client.answer()[2] == MEDIUM  # verified and cached: the answers below are instant
+    count = 500  # 100 MB of answers
+    client.send(get("/medium") * count)
+    time.sleep(1)
+    run = served.proxy.run
+    assert isinstance(run, DirectReplayRun)
+    assert run.server is not None
+    buffered = [c.transport.get_write_buffer_size() for c in run.server.connections if c.transport]
+    assert max(buffered) < 8 * 1024 * 1024  # the high-water mark (4 MiB) and one answer
+    for _ in range(count):
+        assert client.answer()[2] == MEDIUM
+    assert served.proxy.stop() == 0
+    assert served.proxy.replay.stats.served == count + 1
+
+
+def test_no_secret_of_a_malformed_request_reaches_the_event_log(served: Served) -> None:
+    for request in (
+        b"GET /repo.tar.gz?token=SECRET1 HTTP/1.1\r\nHost: files.example\r\n\r\n",
+        b"GET ftp://files.example/x?access_token=SECRET2 HTTP/1.1\r\n\r\n",
+        b"GET /small?token=SECRET3 HTTP/1.1 x\r\n\r\n",
+    ):
+        client = Client(served)
+        client.send(request)
+        assert client.answer()[0] == "HTTP/1.1 400 Bad Request"
+    tunnelled = Client(served)
+    tunnelled.tunnel()
+    tunnelled.send(b"GET /small HTTP/1.1\r\nAuthorization Bearer SECRET4\r\n\r\n")
+    assert tunnelled.answer()[0] == "HTTP/1.1 400 Bad Request"
+    assert served.proxy.stop() == 0
+    assert [e["reason"] for e in read_events(served.log)] == [
+        "invalid-request",
+        "invalid-request",
+        "not-http",
+    ]
+    assert "SECRET" not in served.log.read_text()
+
+
+def test_a_lock_whose_size_is_not_the_blob_s_is_answered_502_never_with_a_wrong_length(
+    served: Served,
+) -> None:
+    client = Client(served)
+    client.tunnel()
+    client.send(get("/small") + get("/wrong-size") + get("/small"))
+    assert client.answer()[2] == SMALL  # the blob is now verified and in memory
+    status, headers, _ = client.answer()
+    assert (status, headers["x-fetchproxy-refused"]) == ("HTTP/1.1 502 Bad Gateway", "store-error")
+    assert client.answer()[2] == SMALL  # the connection is still in step
+    assert served.proxy.stop() == 0
+    assert [e["reason"] for e in read_events(served.log)] == ["store-error"]
+
+
+def test_digits_that_are_not_ascii_are_a_bad_request_not_a_crash(served: Served) -> None:
+    for request in (
+        "POST /small HTTP/1.1\r\nHost: files.example:8443\r\nContent-Length: ²\r\n\r\n",
+        "CONNECT files.example:²³ HTTP/1.1\r\n\r\n",
+    ):
+        client = Client(served)
+        if request.startswith("POST"):
+            client.tunnel()
+        client.send(request.encode())
+        status, _, body = client.answer()
+        assert status == "HTTP/1.1 400 Bad Request", body
+        assert client.closed()

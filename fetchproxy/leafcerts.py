@@ -11,25 +11,42 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+from collections import OrderedDict
 
 from fetchproxy.ca import CertificateAuthority
 
 logger = logging.getLogger("fetchproxy.replay")
 
+MOST_HOSTS = 1024
+"""Certificates kept at once (a build talks to a few dozen hosts; each costs a few KiB)."""
+
 
 class HostContexts:
     """``SSLContext`` per host name or address, each offering only ``alpn`` (HTTP/1.1)."""
 
-    def __init__(self, ca: CertificateAuthority, *, alpn: tuple[str, ...] = ("http/1.1",)) -> None:
+    def __init__(
+        self,
+        ca: CertificateAuthority,
+        *,
+        alpn: tuple[str, ...] = ("http/1.1",),
+        most: int = MOST_HOSTS,
+    ) -> None:
         self._ca = ca
         self._alpn = list(alpn)
-        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._most = most
+        self._contexts: OrderedDict[str, ssl.SSLContext] = OrderedDict()
 
     def for_host(self, host: str) -> ssl.SSLContext:
+        """The context for ``host``, made on first use; the least recently used beyond
+        ``most`` are dropped (a connection keeps the context it has)."""
         context = self._contexts.get(host)
         if context is None:
             context = self._make(host)
             self._contexts[host] = context
+            if len(self._contexts) > self._most:
+                self._contexts.popitem(last=False)
+        else:
+            self._contexts.move_to_end(host)
         return context
 
     def _make(self, host: str) -> ssl.SSLContext:

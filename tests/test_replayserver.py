@@ -358,6 +358,15 @@ def test_a_host_name_longer_than_a_certificate_cn_is_served(served: Served) -> N
     assert HostContexts(load_ca(served.ca_cert.parent)).for_host("bücher.example") is not None
 
 
+def test_certificates_are_kept_for_the_hosts_used_last() -> None:
+    contexts = HostContexts(generate_ca(), most=2)
+    a, b = contexts.for_host("a.example"), contexts.for_host("b.example")
+    assert contexts.for_host("a.example") is a  # kept, and now the most recent
+    contexts.for_host("c.example")
+    assert contexts.for_host("a.example") is a
+    assert contexts.for_host("b.example") is not b  # dropped, made again
+
+
 def test_a_client_that_does_not_read_cannot_make_the_server_buffer_without_bound(
     served: Served,
 ) -> None:

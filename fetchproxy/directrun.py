@@ -3,8 +3,9 @@
 :class:`DirectReplayRun` loads and checks the lock before it listens (a bad lock or a missing
 body fails ``start()`` with nothing listening), serves with
 :class:`~fetchproxy.replayserver.ReplayServer`, and on ``stop()`` closes the listener, drops its
-connections and closes the event log. It never imports mitmproxy, so a replay starts in a
-fraction of the time.
+connections and closes the event log. It starts without importing mitmproxy (half a second);
+only a compressed request body later brings in mitmproxy's decoder, to key it as the recorder
+did.
 """
 
 from __future__ import annotations

@@ -33,8 +33,13 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
         with contextlib.suppress(OSError):
             temp.unlink()
         raise
-    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make the entries of ``directory`` (a rename, a new file) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.fsync(directory)
+        os.fsync(fd)
     finally:
-        os.close(directory)
+        os.close(fd)

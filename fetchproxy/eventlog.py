@@ -51,7 +51,7 @@ class EventLog:
         self.counts[event] = self.counts.get(event, 0) + 1
         if self._file is not None:
             record = {"event": event, **fields}
-            self._file.write(json.dumps(record, sort_keys=False, ensure_ascii=False) + "\n")
+            self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     def refused(self, key: RequestKey, *, reason: str, nearest: Fetch | None) -> None:
         """A request that was not served, with the lock entry most like it."""

@@ -38,8 +38,9 @@ from fetchproxy.digest import Digest, from_hex, hex_of
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.journal import journal_path, read_journal
 from fetchproxy.lockfile import load_lock
-from fetchproxy.sizes import human_bytes
+from fetchproxy.sizes import counted, human_bytes
 from fetchproxy.store import DiskStore, TempFile
+from fetchproxy.store.disk import DIR_MODE
 from fetchproxy.store.layout import TEMP_SUFFIX, temp_prefix
 
 DEFAULT_GRACE: Final = 3600.0
@@ -168,7 +169,7 @@ def _remove_blob(store: DiskStore, digest: Digest, cutoff: float, *, dry_run: bo
         return None
     if dry_run:
         return info.st_size
-    store.temp_dir.mkdir(mode=0o755, exist_ok=True)
+    store.temp_dir.mkdir(mode=DIR_MODE, exist_ok=True)
     aside = store.temp_dir / f"{temp_prefix(os.getpid())}gc-{hex_of(digest)}{TEMP_SUFFIX}"
     try:
         path.rename(aside)
@@ -204,7 +205,7 @@ def _restore_aside_blobs(store: DiskStore) -> None:
         if match is None:
             continue
         path = store.blob_path(from_hex(match.group(1)))
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         _put_back(temp.path, path)
 
 
@@ -217,10 +218,6 @@ def duration_text(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f}".removesuffix(".0") + f" {unit}"
     return f"{seconds:.0f} s"
-
-
-def _plural(count: int, singular: str, plural: str) -> str:
-    return f"{count} {singular if count == 1 else plural}"
 
 
 def render_gc(report: GcReport, *, now: float | None = None) -> str:
@@ -238,18 +235,18 @@ def render_gc(report: GcReport, *, now: float | None = None) -> str:
         f"{verb} blob {blob.digest} ({human_bytes(blob.size)})" for blob in report.removed_blobs
     )
     what = (
-        f"{_plural(len(report.removed_blobs), 'blob', 'blobs')} and "
-        f"{_plural(len(report.removed_temp_files), 'temp file', 'temp files')}"
+        f"{counted(len(report.removed_blobs), 'blob', 'blobs')} and "
+        f"{counted(len(report.removed_temp_files), 'temp file', 'temp files')}"
     )
     freed = f"{'would free' if report.dry_run else 'freed'} {human_bytes(report.bytes_freed)}"
     kept = (
-        f"kept {_plural(report.kept_referenced, 'blob', 'blobs')} used by "
-        f"{_plural(report.locks, 'lock', 'locks')}"
+        f"kept {counted(report.kept_referenced, 'blob', 'blobs')} used by "
+        f"{counted(report.locks, 'lock', 'locks')}"
     )
     if report.kept_recent or report.kept_recent_temp_files:
         kept += (
-            f", and {_plural(report.kept_recent, 'blob', 'blobs')} and "
-            f"{_plural(report.kept_recent_temp_files, 'temp file', 'temp files')} "
+            f", and {counted(report.kept_recent, 'blob', 'blobs')} and "
+            f"{counted(report.kept_recent_temp_files, 'temp file', 'temp files')} "
             f"newer than the grace period ({duration_text(report.grace)})"
         )
     return "\n".join([*lines, f"summary: {verb} {what}, {freed}; {kept}"]) + "\n"

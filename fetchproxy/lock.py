@@ -70,13 +70,11 @@ FIELD_NAMES: Final = frozenset(f.name for f in FIELDS)
 
 _METHOD_RE = re.compile(r"[A-Z][A-Z0-9!#$%&'*+.^_`|~-]*")
 _LINE_BREAK_RE = re.compile(r"[\r\n\x00]")
-_HEADER_FIELDS = (
-    ("content-type", "content_type"),
-    ("content-encoding", "content_encoding"),
-    ("content-disposition", "content_disposition"),
-    ("location", "location"),
-)
-"""Fields replay sends back as response headers."""
+RESPONSE_HEADERS: Final = ("content-type", "content-encoding", "content-disposition", "location")
+"""The response headers a lock keeps and replay sends back, in that order (the rest are volatile
+or derived)."""
+_HEADER_FIELDS: Final = tuple((name, name.replace("-", "_")) for name in RESPONSE_HEADERS)
+"""``(field name, Fetch attribute)`` of each of :data:`RESPONSE_HEADERS`."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -109,6 +107,14 @@ class Fetch:
             body_digest=self.body_digest,
         )
 
+    def response_headers(self) -> list[tuple[str, str]]:
+        """The recorded headers replay sends back, in :data:`RESPONSE_HEADERS` order."""
+        return [
+            (name, value)
+            for name, attr in _HEADER_FIELDS
+            if (value := getattr(self, attr)) is not None
+        ]
+
     def sort_key(self) -> SortKey:
         """The lock's total order (that of :class:`RequestKey`)."""
         return (
@@ -136,7 +142,8 @@ class Fetch:
                 raise LockFieldError(
                     index,
                     name,
-                    f"unknown field — the fields of a fetch are {', '.join(_field_names())}",
+                    "unknown field — the fields of a fetch are "
+                    f"{', '.join(f.name for f in FIELDS)}",
                 )
         values: dict[str, object] = {}
         for f in FIELDS:
@@ -160,10 +167,6 @@ class _BadValueError(Exception):
     def __init__(self, field_name: str, message: str) -> None:
         self.field_name = field_name
         self.message = message
-
-
-def _field_names() -> list[str]:
-    return [f.name for f in FIELDS]
 
 
 def _checked(values: dict[str, object]) -> Fetch:

@@ -19,9 +19,9 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from fetchproxy.digest import Digest, hex_of
+from fetchproxy.digest import PREFIX, Digest, hex_of
 from fetchproxy.lock import FIELDS, Fetch, Lock, LockValue
-from fetchproxy.sizes import human_bytes
+from fetchproxy.sizes import counted, human_bytes
 
 JSON_FORMAT: Final = "fetchproxy-lock-diff"
 JSON_VERSION: Final = 1
@@ -198,7 +198,7 @@ def diff_locks(old: Lock, new: Lock) -> LockDiff:
 
 def short_digest(digest: Digest) -> str:
     """``blake3:8e4c7c1b99db…``: enough to recognise, too short to trust (JSON has it all)."""
-    return f"blake3:{hex_of(digest)[:SHORT_HEX]}…"
+    return f"{PREFIX}{hex_of(digest)[:SHORT_HEX]}…"
 
 
 def request_text(entry: Fetch) -> str:
@@ -212,10 +212,6 @@ def request_text(entry: Fetch) -> str:
     if entry.body_digest is not None:
         parts.append(f"[body: {short_digest(entry.body_digest)}]")
     return " ".join(parts)
-
-
-def _plural(count: int, singular: str, plural: str) -> str:
-    return f"{count} {singular if count == 1 else plural}"
 
 
 def _sizes(old: int, new: int) -> tuple[str, str]:
@@ -276,13 +272,13 @@ def _change_line(change: EntryChange) -> str:
 def summary_line(diff: LockDiff) -> str:
     """``summary: 1 added, 1 removed, 2 changed (1 content drift), 1 new host; +… -…``."""
     if diff.identical:
-        return f"summary: no changes ({_plural(diff.new_fetches, 'fetch', 'fetches')})"
+        return f"summary: no changes ({counted(diff.new_fetches, 'fetch', 'fetches')})"
     counts = f"{len(diff.added)} added, {len(diff.removed)} removed, {len(diff.changed)} changed"
     drift = len(diff.content_drift)
     if drift:
         counts += f" ({drift} content drift)"
     if diff.new_hosts:
-        counts += f", {_plural(len(diff.new_hosts), 'new host', 'new hosts')}"
+        counts += f", {counted(len(diff.new_hosts), 'new host', 'new hosts')}"
     return f"summary: {counts}; +{human_bytes(diff.bytes_added)} -{human_bytes(diff.bytes_removed)}"
 
 
@@ -369,8 +365,8 @@ def render_listing(lock: Lock) -> str:
     """
     hosts = sorted({host_of(f) for f in lock.fetches})
     lines = [
-        f"# fetchproxy lock: {_plural(len(lock), 'fetch', 'fetches')} from "
-        f"{_plural(len(hosts), 'host', 'hosts')}, {human_bytes(lock.total_size())} of bodies"
+        f"# fetchproxy lock: {counted(len(lock), 'fetch', 'fetches')} from "
+        f"{counted(len(hosts), 'host', 'hosts')}, {human_bytes(lock.total_size())} of bodies"
     ]
     by_host: dict[str, list[Fetch]] = {}
     for entry in lock.fetches:

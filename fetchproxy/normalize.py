@@ -8,6 +8,7 @@ anything else keeps the keys apart, because replay serves exact matches only.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import string
@@ -86,6 +87,7 @@ SortKey = tuple[str, str, str, str, str]
 """``(url, method, accept, git-protocol, body-digest)``, absent parts as ``""``."""
 
 
+@functools.total_ordering  # the other comparisons from __lt__ and the dataclass's __eq__
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RequestKey:
     """The normalized request; lock entries are sorted by :meth:`sort_key`."""
@@ -118,21 +120,6 @@ class RequestKey:
         if not isinstance(other, RequestKey):
             return NotImplemented
         return self.sort_key() < other.sort_key()
-
-    def __le__(self, other: object) -> bool:
-        if not isinstance(other, RequestKey):
-            return NotImplemented
-        return self.sort_key() <= other.sort_key()
-
-    def __gt__(self, other: object) -> bool:
-        if not isinstance(other, RequestKey):
-            return NotImplemented
-        return self.sort_key() > other.sort_key()
-
-    def __ge__(self, other: object) -> bool:
-        if not isinstance(other, RequestKey):
-            return NotImplemented
-        return self.sort_key() >= other.sort_key()
 
     @property
     def host(self) -> str:

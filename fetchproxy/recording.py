@@ -10,7 +10,7 @@ from collections.abc import Collection, Iterable
 from urllib.parse import urljoin
 
 from fetchproxy.digest import Digest
-from fetchproxy.lock import Fetch
+from fetchproxy.lock import RESPONSE_HEADERS, Fetch
 from fetchproxy.normalize import DEFAULT_SECRET_PARAMS, InvalidURLError, RequestKey, normalize_url
 
 STRIPPED_REQUEST_HEADERS = frozenset(
@@ -28,14 +28,6 @@ STRIPPED_REQUEST_HEADERS = frozenset(
 
 UPSTREAM_ACCEPT_ENCODING = "identity"
 """Sent instead: a digest is then the digest of the file a user would download."""
-
-REPLAYED_RESPONSE_HEADERS = (
-    "content-type",
-    "content-encoding",
-    "content-disposition",
-    "location",
-)
-"""The response headers a lock keeps and replay restores; everything else is volatile or derived."""
 
 
 def is_recordable(status: int) -> bool:
@@ -60,7 +52,7 @@ def fetch_from_answer(
     kept: dict[str, str] = {}
     for name, value in headers:
         lower = name.lower()
-        if lower not in kept and (lower in REPLAYED_RESPONSE_HEADERS or lower == "content-length"):
+        if lower not in kept and (lower in RESPONSE_HEADERS or lower == "content-length"):
             kept[lower] = value
     location = kept.get("location")
     if location is not None:

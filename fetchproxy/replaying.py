@@ -47,7 +47,7 @@ def _reason(status: int) -> str:
 
 def answer_for(fetch: Fetch, *, method: str, range_header: str | None) -> Answer:
     """The recorded answer for a hit, with ``Range`` honoured on a recorded 200."""
-    headers = [(name, value) for name, value in _recorded_headers(fetch)]
+    headers = fetch.response_headers()
     if method == "HEAD":
         length = fetch.content_length if fetch.content_length is not None else fetch.size
         headers.append(("content-length", str(length)))
@@ -66,16 +66,6 @@ def answer_for(fetch: Fetch, *, method: str, range_header: str | None) -> Answer
         return Answer(206, tuple(headers), wanted)
     headers.append(("content-length", str(fetch.size)))
     return Answer(fetch.status, tuple(headers), None)
-
-
-def _recorded_headers(fetch: Fetch) -> list[tuple[str, str]]:
-    pairs = [
-        ("content-type", fetch.content_type),
-        ("content-encoding", fetch.content_encoding),
-        ("content-disposition", fetch.content_disposition),
-        ("location", fetch.location),
-    ]
-    return [(name, value) for name, value in pairs if value is not None]
 
 
 def refusal(

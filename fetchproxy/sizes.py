@@ -1,4 +1,4 @@
-"""Byte counts as people read them."""
+"""Counts as people read them: sizes in bytes, and numbers of things."""
 
 from __future__ import annotations
 
@@ -11,3 +11,8 @@ def human_bytes(size: int) -> str:
             return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def counted(count: int, singular: str, plural: str) -> str:
+    """``1 blob``, ``2 blobs``: ``count`` with the word that agrees with it."""
+    return f"{count} {singular if count == 1 else plural}"

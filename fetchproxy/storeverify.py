@@ -24,8 +24,9 @@ from typing import Final
 import blake3
 
 from fetchproxy.digest import PREFIX, Digest, hex_of
-from fetchproxy.sizes import human_bytes
+from fetchproxy.sizes import counted, human_bytes
 from fetchproxy.store import CorruptBlobError, DiskStore, MissingBlobError, StoreError
+from fetchproxy.store.disk import DIR_MODE
 
 CORRUPT_DIR: Final = "corrupt"
 
@@ -97,7 +98,7 @@ def _check(store: DiskStore, digest: Digest) -> tuple[int, BadBlob | None] | Non
 def _move_aside(store: DiskStore, bad: BadBlob) -> BadBlob | None:
     """Move ``bad`` into ``corrupt/``; None if the file now at its name is intact after all."""
     directory = store.root / CORRUPT_DIR
-    directory.mkdir(mode=0o755, exist_ok=True)
+    directory.mkdir(mode=DIR_MODE, exist_ok=True)
     hex_digest = hex_of(bad.digest)
     private = directory / f".moving-{os.getpid()}-{hex_digest}"
     try:
@@ -145,8 +146,10 @@ def render_verify(report: StoreVerifyReport) -> str:
         lines.append(f"corrupt blob {bad.digest} at {bad.path}: {bad.reason}")
         if bad.moved_to is not None:
             lines.append(f"  moved to {bad.moved_to}")
-    blobs = "1 blob" if report.checked == 1 else f"{report.checked} blobs"
-    checked = f"summary: {blobs} checked ({human_bytes(report.bytes_checked)})"
+    checked = (
+        f"summary: {counted(report.checked, 'blob', 'blobs')} checked "
+        f"({human_bytes(report.bytes_checked)})"
+    )
     count = len(report.bad)
     if not count:
         return "\n".join([*lines, f"{checked}, all intact"]) + "\n"

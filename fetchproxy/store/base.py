@@ -54,9 +54,9 @@ class CorruptBlobError(StoreError):
     @classmethod
     def stored(cls, *, expected: Digest, actual: Digest, path: Path | None) -> Self:
         """A blob in the store whose bytes changed after it was written."""
-        where = str(path) if path is not None else "the in-memory store"
         return cls(
-            f"corrupt blob in {where}: expected {expected}, got {actual}; it will not be served. "
+            f"corrupt blob in {_place(path)}: expected {expected}, got {actual}; "
+            "it will not be served. "
             f"Delete it and record again — {_VERIFY_HINT}",
             expected=expected,
             actual=actual,
@@ -66,14 +66,18 @@ class CorruptBlobError(StoreError):
     @classmethod
     def written(cls, *, expected: Digest, actual: Digest, path: Path | None) -> Self:
         """Bytes streamed into a writer that do not hash to what the caller expected."""
-        where = str(path) if path is not None else "the in-memory store"
         return cls(
             f"refused to store a blob: expected {expected}, got {actual}; "
-            f"nothing was written to {where}",
+            f"nothing was written to {_place(path)}",
             expected=expected,
             actual=actual,
             path=path,
         )
+
+
+def _place(path: Path | None) -> str:
+    """Where a blob is, for messages: its file, or the in-memory store."""
+    return str(path) if path is not None else "the in-memory store"
 
 
 def _digest_of(hasher: blake3.blake3) -> Digest:
@@ -279,9 +283,8 @@ class BlobReader:
         try:
             return self._source.read(self._chunk_size)
         except OSError as exc:
-            where = self.path if self.path is not None else "the in-memory store"
             raise StoreError(
-                f"cannot read blob {self.digest} from {where}: {exc.strerror or exc}"
+                f"cannot read blob {self.digest} from {_place(self.path)}: {exc.strerror or exc}"
             ) from exc
 
 

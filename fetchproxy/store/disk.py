@@ -24,7 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from fetchproxy.digest import ALGORITHM, Digest, parse_digest
+from fetchproxy.atomicfile import fsync_dir
+from fetchproxy.digest import ALGORITHM, Digest
 from fetchproxy.store.base import (
     BlobReader,
     BlobWriter,
@@ -68,14 +69,6 @@ def _store_error(action: str, exc: OSError, fix: str = _FIX_WRITE) -> StoreError
     return StoreError(f"cannot {action}: {exc.strerror or exc}{where} — {fix}")
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _touch(blob: Path) -> bool:
     """Refresh an existing blob's mtime, the sign of use garbage collection honours.
 
@@ -102,7 +95,7 @@ def _ensure_dir(path: Path) -> None:
         if not path.is_dir():
             raise
         return
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 class DiskStore(Store):
@@ -348,7 +341,7 @@ class DiskBlobWriter(BlobWriter):
             os.close(fd)
             _ensure_dir(target.parent)
             if self._link(target):
-                _fsync_dir(target.parent)
+                fsync_dir(target.parent)
         except OSError as exc:
             raise _store_error(f"store blob {digest} at {target}", exc) from exc
 
@@ -395,4 +388,4 @@ class DiskBlobWriter(BlobWriter):
                 os.close(fd)
 
     def _target_path(self, digest: Digest) -> Path:
-        return self._store.blob_path(parse_digest(digest))
+        return self._store.blob_path(digest)

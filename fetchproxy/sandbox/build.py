@@ -15,6 +15,7 @@ PID namespace and forks the supervisor, which then maps its ids itself.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import marshal
 import os
@@ -22,6 +23,7 @@ import signal
 import socket
 import subprocess
 from collections.abc import Mapping, Sequence
+from errno import EPERM
 from pathlib import Path
 from types import TracebackType
 
@@ -30,9 +32,13 @@ from fetchproxy.sandbox.bare import bare_command
 from fetchproxy.sandbox.mountplan import PRIVATE_DIR_CANDIDATES, MountPlan, plan_mounts
 from fetchproxy.sandbox.netns import in_new_thread
 from fetchproxy.sandbox.supervisor import STEP_EXEC, LineReader, format_message, parse_message
-from fetchproxy.sandbox.support import SandboxError
+from fetchproxy.sandbox.support import NO_SANDBOX_HINT, SandboxError
 
 _HANDSHAKE_TIMEOUT = 60.0
+# The supervisor's detail when the kernel refuses it a fresh /proc: in a user namespace, it
+# mounts a new /proc only where the whole of the existing one is visible; where mounts hide
+# parts of it (/proc/keys, /proc/kcore, ..., as container runtimes do), it refuses.
+_PROC_REFUSED = "/proc: mount: Operation not permitted"
 
 
 def identity_map(own_map: str) -> str:
@@ -126,42 +132,42 @@ class BuildProcess:
         return self.returncode
 
 
+_Stdio = tuple[int | None, int | None, int | None]
+
+
+def _start_bare(
+    module: str, args: tuple[str, ...], pass_fds: tuple[int, ...], stdio: _Stdio
+) -> subprocess.Popen[bytes]:
+    """Start ``module`` in a bare interpreter from /, with ``args`` and then ``pass_fds``."""
+    return subprocess.Popen(
+        bare_command(module, *args, *(str(fd) for fd in pass_fds)),
+        pass_fds=pass_fds,
+        cwd="/",
+        stdin=stdio[0],
+        stdout=stdio[1],
+        stderr=stdio[2],
+    )
+
+
 def _start_supervisor(
-    netns_fd: int, pass_fds: tuple[int, ...], stdio: tuple[int | None, int | None, int | None]
+    netns_fd: int, pass_fds: tuple[int, ...], stdio: _Stdio
 ) -> subprocess.Popen[bytes]:
     """Start the supervisor as PID 1 of a new PID namespace inside the sandbox's network."""
 
     def start() -> subprocess.Popen[bytes]:
         linux.setns(netns_fd, linux.CLONE_NEWNET)
         linux.unshare(linux.CLONE_NEWPID)  # for this thread's children only
-        return subprocess.Popen(
-            bare_command("fetchproxy.sandbox.supervisor", *(str(fd) for fd in pass_fds)),
-            pass_fds=pass_fds,
-            cwd="/",
-            stdin=stdio[0],
-            stdout=stdio[1],
-            stderr=stdio[2],
-        )
+        return _start_bare("fetchproxy.sandbox.supervisor", (), pass_fds, stdio)
 
     return in_new_thread(start)
 
 
 def _start_entry(
-    userns_fd: int,
-    netns_fd: int,
-    pass_fds: tuple[int, ...],
-    stdio: tuple[int | None, int | None, int | None],
+    userns_fd: int, netns_fd: int, pass_fds: tuple[int, ...], stdio: _Stdio
 ) -> subprocess.Popen[bytes]:
     """Start the supervisor through ``userns.py``'s entry, which joins the user sandbox."""
     fds = (userns_fd, netns_fd, *pass_fds)
-    return subprocess.Popen(
-        bare_command("fetchproxy.sandbox.userns", "entry", *(str(fd) for fd in fds)),
-        pass_fds=fds,
-        cwd="/",
-        stdin=stdio[0],
-        stdout=stdio[1],
-        stderr=stdio[2],
-    )
+    return _start_bare("fetchproxy.sandbox.userns", ("entry",), fds, stdio)
 
 
 def _write_maps(pid: int) -> None:
@@ -171,7 +177,8 @@ def _write_maps(pid: int) -> None:
         Path(f"/proc/{pid}/{name}").write_text(mapping, encoding="ascii")
 
 
-def _failure(line: bytes | None, argv: Sequence[str]) -> SandboxError:
+def _failure(line: bytes | None, argv: Sequence[str], *, user: bool) -> SandboxError:
+    """The error for the supervisor's last line; ``user``: in the unprivileged sandbox."""
     verb, arguments = parse_message(line) if line is not None else ("", [])
     if verb != "error" or len(arguments) != 3:
         return SandboxError("the sandbox's supervisor exited during setup without saying why")
@@ -179,6 +186,13 @@ def _failure(line: bytes | None, argv: Sequence[str]) -> SandboxError:
     if step == STEP_EXEC:
         return SandboxError(
             f"cannot run the build command {argv[0]!r} in the sandbox: {detail}",
+            errno=errno,
+        )
+    if user and errno == EPERM and detail == _PROC_REFUSED:
+        return SandboxError(
+            "cannot set up the sandbox for the build: the kernel refuses the unprivileged "
+            "sandbox a fresh /proc, because mounts hide parts of this machine's /proc (as in "
+            f"most containers). Run fetchproxy as root for the root sandbox, {NO_SANDBOX_HINT}.",
             errno=errno,
         )
     return SandboxError(f"cannot set up the sandbox for the build: {detail}", errno=errno)
@@ -235,7 +249,7 @@ def spawn(
         child.close()
         os.close(config_fd)
     try:
-        _handshake(process, parent, argv)
+        _handshake(process, parent, argv, user=userns_fd is not None)
     except BaseException:
         process.kill()
         process.wait()
@@ -245,7 +259,7 @@ def spawn(
 
 
 def _handshake(
-    process: subprocess.Popen[bytes], control: socket.socket, argv: Sequence[str]
+    process: subprocess.Popen[bytes], control: socket.socket, argv: Sequence[str], *, user: bool
 ) -> None:
     """Write the maps when the supervisor asks; return once the build runs, else raise."""
     control.settimeout(_HANDSHAKE_TIMEOUT)
@@ -266,12 +280,12 @@ def _handshake(
             f"cannot set up the sandbox's user namespace: {error}", errno=error.errno
         ) from error
     if line != b"running":
-        raise _failure(line, argv)
+        raise _failure(line, argv, user=user)
     control.settimeout(None)
 
 
-class BuildOwner:
-    """What both sandboxes share: they keep their builds, and closing kills any still running."""
+class BuildOwner(abc.ABC):
+    """What both sandboxes share: they run builds and keep them; closing kills any still running."""
 
     def __init__(self) -> None:
         self._builds: list[BuildProcess] = []
@@ -287,7 +301,43 @@ class BuildOwner:
     def close(self) -> None:
         self._kill_builds()
 
-    def _track(self, build: BuildProcess) -> BuildProcess:
+    @abc.abstractmethod
+    def _build_namespaces(self) -> tuple[int, int | None]:
+        """The network namespace builds run in, and the user namespace that owns it, if any."""
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: Path | None = None,
+        files: Mapping[str, bytes] | None = None,
+        keep: Sequence[Path] = (),
+        stdin: int | None = None,
+        stdout: int | None = None,
+        stderr: int | None = None,
+    ) -> BuildProcess:
+        """Run ``argv`` in the sandbox; see docs/sandbox.md for what the build sees.
+
+        ``env`` is the build's whole environment (PATH is looked up in it);
+        ``cwd`` defaults to the current directory and stays visible even under
+        /tmp; ``files`` appear read-only as /run/fetchproxy/<name>; ``keep``:
+        more host paths under /tmp, /run, ... that the build must see;
+        ``stdin``/``stdout``/``stderr``: descriptors, None to inherit.
+        """
+        netns_fd, userns_fd = self._build_namespaces()
+        build = spawn(
+            netns_fd,
+            argv,
+            env=env,
+            cwd=cwd,
+            files=files,
+            keep=keep,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            userns_fd=userns_fd,
+        )
         self._builds.append(build)
         return build
 

@@ -109,6 +109,18 @@ def prctl(option: int, arg2: int = 0) -> None:
     _check(_libc.prctl(option, arg2, 0, 0, 0), "prctl")
 
 
+def write_proc_file(path: str, data: str) -> None:
+    """Write ``data`` to a /proc file in one write(2) (the kernel takes a map in a single write)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, data.encode())
+        finally:
+            os.close(fd)
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, path) from None
+
+
 def open_netns() -> int:
     """A new file descriptor for the calling thread's network namespace."""
     return os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterator
 
-from fetchproxy.sandbox.build import BuildOwner, BuildProcess, spawn
+from fetchproxy.sandbox.build import BuildOwner
 from fetchproxy.sandbox.netns import EDGE_INTERFACE, SANDBOX_INTERFACE, NetworkNamespaces
 from fetchproxy.sandbox.support import SandboxError, sandbox_support
 
@@ -91,35 +90,5 @@ class Sandbox(BuildOwner):
         self._sockets.append(sock)
         return sock
 
-    def spawn(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str],
-        cwd: Path | None = None,
-        files: Mapping[str, bytes] | None = None,
-        keep: Sequence[Path] = (),
-        stdin: int | None = None,
-        stdout: int | None = None,
-        stderr: int | None = None,
-    ) -> BuildProcess:
-        """Run ``argv`` in the sandbox; see docs/sandbox.md for what the build sees.
-
-        ``env`` is the build's whole environment (PATH is looked up in it);
-        ``cwd`` defaults to the current directory and stays visible even under
-        /tmp; ``files`` appear read-only as /run/fetchproxy/<name>; ``keep``:
-        more host paths under /tmp, /run, ... that the build must see;
-        ``stdin``/``stdout``/``stderr``: descriptors, None to inherit.
-        """
-        build = spawn(
-            self.namespaces.sandbox_fd,
-            argv,
-            env=env,
-            cwd=cwd,
-            files=files,
-            keep=keep,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-        )
-        return self._track(build)
+    def _build_namespaces(self) -> tuple[int, int | None]:
+        return self.namespaces.sandbox_fd, None

@@ -99,6 +99,14 @@ class LineReader:
         return line
 
 
+def error_detail(error: OSError) -> str:
+    """The detail of an ``error`` message: the file first, when the error names one."""
+    detail = error.strerror or str(error)
+    if error.filename is not None:
+        detail = f"{error.filename}: {detail}"
+    return detail
+
+
 def send(fd: int, verb: str, *arguments: object) -> None:
     data = format_message(verb, *arguments)
     while data:
@@ -177,18 +185,6 @@ def apply_mount_plan(plan: dict[str, Any]) -> None:
         readonly_tree(top)
 
 
-def write_proc_self(name: str, data: str) -> None:
-    path = "/proc/self/" + name
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.write(fd, data.encode())  # one write(2): the kernel takes a map in a single write
-        finally:
-            os.close(fd)
-    except OSError as error:
-        raise OSError(error.errno, error.strerror, path) from None
-
-
 def map_own_ids() -> None:
     """Map uid and gid 0 to 0 of the parent user namespace: the one id it has there.
 
@@ -198,9 +194,9 @@ def map_own_ids() -> None:
     it is dumpable for as long as it writes them (the build does not exist yet).
     """
     linux.prctl(linux.PR_SET_DUMPABLE, 1)
-    write_proc_self("setgroups", "deny")
-    write_proc_self("gid_map", "0 0 1\n")
-    write_proc_self("uid_map", "0 0 1\n")
+    linux.write_proc_file("/proc/self/setgroups", "deny")
+    linux.write_proc_file("/proc/self/gid_map", "0 0 1\n")
+    linux.write_proc_file("/proc/self/uid_map", "0 0 1\n")
     linux.prctl(linux.PR_SET_DUMPABLE, 0)
 
 
@@ -304,10 +300,7 @@ def main(args: list[str]) -> NoReturn:
         step = STEP_EXEC
         build = start_build(config["argv"], config["env"], config["cwd"])
     except OSError as error:
-        detail = error.strerror or str(error)
-        if error.filename is not None:
-            detail = f"{error.filename}: {detail}"
-        send(control, "error", error.errno or 0, step, detail)
+        send(control, "error", error.errno or 0, step, error_detail(error))
         os._exit(EXIT_SETUP_FAILED)
     send(control, "running")
     threading.Thread(target=watch_launcher, args=(control,), daemon=True).start()

@@ -110,12 +110,15 @@ def _root_problem() -> str | Problem | None:
     return None
 
 
-def sandbox_support() -> tuple[bool, str]:
-    """Whether :class:`~fetchproxy.sandbox.Sandbox` can be built here; if not, why and the fix."""
-    problem = _root_problem()
+def _support(problem: str | Problem | None) -> tuple[bool, str]:
     if problem is None:
         return True, ""
     return False, problem if isinstance(problem, str) else problem.message()
+
+
+def sandbox_support() -> tuple[bool, str]:
+    """Whether :class:`~fetchproxy.sandbox.Sandbox` can be built here; if not, why and the fix."""
+    return _support(_root_problem())
 
 
 def user_namespace_limits_problem(
@@ -201,10 +204,7 @@ def _user_problem() -> str | Problem | None:
 
 def user_sandbox_support() -> tuple[bool, str]:
     """Whether :class:`~fetchproxy.sandbox.UserSandbox` can be built; if not, why and the fix."""
-    problem = _user_problem()
-    if problem is None:
-        return True, ""
-    return False, problem if isinstance(problem, str) else problem.message()
+    return _support(_user_problem())
 
 
 def neither_message(root: Problem, user: Problem) -> str:

@@ -14,35 +14,12 @@ docs/sandbox.md says what this sandbox guarantees and what it lacks compared to 
 
 from __future__ import annotations
 
-import errno
 import socket
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 
-from fetchproxy.sandbox.build import BuildOwner, BuildProcess, spawn
+from fetchproxy.sandbox.build import BuildOwner
 from fetchproxy.sandbox.holder import UserNamespaceError, UserNamespaces, create_user_namespaces
-from fetchproxy.sandbox.support import NO_SANDBOX_HINT, SandboxError, user_sandbox_problem
+from fetchproxy.sandbox.support import SandboxError, user_sandbox_problem
 from fetchproxy.sandbox.userns import PROXY_HOST
-
-# What the supervisor reports when the kernel refuses it a fresh /proc (see masked_proc_error).
-_PROC_REFUSED = "cannot set up the sandbox for the build: /proc: mount: Operation not permitted"
-
-
-def masked_proc_error(error: SandboxError) -> SandboxError:
-    """``error``, explained when it is the kernel's refusal of a fresh /proc.
-
-    In a user namespace, the kernel mounts a new /proc only where the whole of the
-    existing one is visible: where mounts hide parts of it (/proc/keys, /proc/kcore, ...,
-    as container runtimes do), it refuses.
-    """
-    if error.errno != errno.EPERM or str(error) != _PROC_REFUSED:
-        return error
-    return SandboxError(
-        "cannot set up the sandbox for the build: the kernel refuses the unprivileged sandbox "
-        "a fresh /proc, because mounts hide parts of this machine's /proc (as in most "
-        f"containers). Run fetchproxy as root for the root sandbox, {NO_SANDBOX_HINT}.",
-        errno=error.errno,
-    )
 
 
 class UserSandbox(BuildOwner):
@@ -51,7 +28,10 @@ class UserSandbox(BuildOwner):
     Use as a context manager: ``__enter__`` creates the namespaces and the
     listener at :attr:`proxy_host`:``proxy_port`` inside, ``__exit__`` kills any
     build still running and closes every descriptor (idempotent). Needs no
-    privilege, only unprivileged user namespaces.
+    privilege, only unprivileged user namespaces. :meth:`spawn` runs builds as
+    :meth:`Sandbox.spawn <fetchproxy.sandbox.Sandbox.spawn>` does; the returned
+    process's ``pid`` is that of the entry process, which passes signals on to
+    the supervisor and exits as it does.
     """
 
     proxy_host = PROXY_HOST
@@ -91,40 +71,6 @@ class UserSandbox(BuildOwner):
         """
         return self.namespaces.listener
 
-    def spawn(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str],
-        cwd: Path | None = None,
-        files: Mapping[str, bytes] | None = None,
-        keep: Sequence[Path] = (),
-        stdin: int | None = None,
-        stdout: int | None = None,
-        stderr: int | None = None,
-    ) -> BuildProcess:
-        """Run ``argv`` in the sandbox, as :meth:`Sandbox.spawn <fetchproxy.sandbox.Sandbox.spawn>`.
-
-        The returned process's ``pid`` is that of the entry process, which
-        passes signals on to the supervisor and exits as it does.
-        """
+    def _build_namespaces(self) -> tuple[int, int | None]:
         namespaces = self.namespaces
-        try:
-            build = spawn(
-                namespaces.net_fd,
-                argv,
-                env=env,
-                cwd=cwd,
-                files=files,
-                keep=keep,
-                stdin=stdin,
-                stdout=stdout,
-                stderr=stderr,
-                userns_fd=namespaces.user_fd,
-            )
-        except SandboxError as error:
-            explained = masked_proc_error(error)
-            if explained is error:
-                raise
-            raise explained from error
-        return self._track(build)
+        return namespaces.net_fd, namespaces.user_fd

@@ -47,24 +47,11 @@ STEP_LISTEN = "listen"
 _ANY_PORT = ("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0")
 
 
-def write_proc_file(path: str, data: str) -> None:
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.write(fd, data.encode())  # one write(2): the kernel takes a map in a single write
-        finally:
-            os.close(fd)
-    except OSError as error:
-        raise OSError(error.errno, error.strerror, path) from None
-
-
 class SetupError(Exception):
     """A step of :func:`create_namespaces` failed."""
 
     def __init__(self, step: str, error: OSError) -> None:
-        detail = error.strerror or str(error)
-        if error.filename is not None:
-            detail = f"{error.filename}: {detail}"
+        detail = supervisor.error_detail(error)
         super().__init__(f"{step}: {detail}")
         self.step = step
         self.errno = error.errno or 0
@@ -83,15 +70,15 @@ def create_namespaces(port: int) -> tuple[int, int, socket.socket]:
     try:
         linux.unshare(linux.CLONE_NEWUSER | linux.CLONE_NEWNET)
         step = STEP_MAP
-        write_proc_file("/proc/self/setgroups", "deny")  # required to map a gid unprivileged
-        write_proc_file("/proc/self/gid_map", f"0 {egid} 1\n")
-        write_proc_file("/proc/self/uid_map", f"0 {euid} 1\n")
+        linux.write_proc_file("/proc/self/setgroups", "deny")  # required to map a gid unprivileged
+        linux.write_proc_file("/proc/self/gid_map", f"0 {egid} 1\n")
+        linux.write_proc_file("/proc/self/uid_map", f"0 {euid} 1\n")
         step = STEP_NETWORK
         with Rtnetlink() as netlink:
             netlink.set_up(LOOPBACK_INDEX)
         path, value = _ANY_PORT
         if os.path.exists(path):
-            write_proc_file(path, value)
+            linux.write_proc_file(path, value)
         step = STEP_LISTEN
         listener = socket.create_server((PROXY_HOST, port))
         userns = os.open("/proc/self/ns/user", os.O_RDONLY | os.O_CLOEXEC)

@@ -1,16 +1,18 @@
 """Fixtures for the sandbox tests: a live :class:`Sandbox`, small Python programs as builds,
-and a census of who still refers to a network namespace."""
+launchers in processes of their own, and a census of who still refers to a network namespace."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import struct
 import subprocess
 import sys
+import textwrap
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,8 @@ IS_ROOT = os.geteuid() == 0
 NOT_ROOT_REASON = "needs root: the sandbox creates network namespaces (CI runs these as root)"
 BUILD_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"}
 LAUNCHER = Path(__file__).with_name("launcher.py")
+USER_LAUNCHER = Path(__file__).with_name("user_launcher.py")
+NO_CAPABILITIES = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs"]
 
 
 PYTHON = (Path(sys.prefix),)
@@ -89,6 +93,121 @@ class Builds:
 @pytest.fixture
 def builds(sandbox: Sandbox, tmp_path: Path) -> Builds:
     return Builds(sandbox, tmp_path)
+
+
+# A build-side helper: try to connect, report the errno's name (or "connected") and the time.
+PROBE = textwrap.dedent(
+    """
+    import errno, json, socket, sys, time
+
+    def tcp(host, port, family=socket.AF_INET):
+        start = time.monotonic()
+        s = socket.socket(family, socket.SOCK_STREAM)
+        s.settimeout(3)
+        try:
+            s.connect((host, port))
+            outcome = "connected"
+        except OSError as e:
+            outcome = errno.errorcode.get(e.errno, repr(e))
+        finally:
+            s.close()
+        return [outcome, time.monotonic() - start]
+
+    def udp(host, port, family=socket.AF_INET):
+        s = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            s.sendto(b"hello from the sandbox", (host, port))
+            return "sent"
+        except OSError as e:
+            return errno.errorcode.get(e.errno, repr(e))
+        finally:
+            s.close()
+    """
+)
+
+# A build-side helper: call a libc function or write a file, report "ok" or the errno's name.
+CAPABILITY_PROBE = textwrap.dedent(
+    """
+    import ctypes, errno, json, os
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def call(function, *args):
+        if function(*args) == 0:
+            return "ok"
+        return errno.errorcode[ctypes.get_errno()]
+
+    def write(path):
+        try:
+            with open(path, "w") as f:
+                f.write("x")
+            return "ok"
+        except OSError as e:
+            return errno.errorcode[e.errno]
+    """
+)
+
+# A build that leaves a grandchild behind (tagged with a marker) and then waits.
+LEAVE_A_DAEMON = (
+    "import subprocess, sys, time\n"
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', sys.argv[1]])\n"
+    "print('ready', flush=True)\n"
+    "if sys.argv[2] == 'wait':\n"
+    "    time.sleep(300)\n"
+)
+
+
+def host_addresses() -> list[tuple[str, str]]:
+    """(family, address) of every address the host has, from `ip -j addr`."""
+    links = json.loads(subprocess.run(["ip", "-j", "addr"], check=True, capture_output=True).stdout)
+    return [(a["family"], a["local"]) for link in links for a in link.get("addr_info", [])]
+
+
+@contextlib.contextmanager
+def host_services() -> Iterator[dict[str, socket.socket]]:
+    """Host services bound to every address: TCP and UDP on 0.0.0.0, TCP on [::]."""
+    tcp4 = socket.create_server(("0.0.0.0", 0))
+    tcp6 = socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True)
+    udp4 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp4.bind(("0.0.0.0", 0))
+    services = {"tcp4": tcp4, "tcp6": tcp6, "udp4": udp4}
+    try:
+        for sock in services.values():
+            sock.setblocking(False)
+        yield services
+    finally:
+        for sock in services.values():
+            sock.close()
+
+
+def run_as(prefix: list[str], code: str) -> object:
+    """The JSON that ``python -c code`` prints, run under ``prefix`` (``setpriv ...``)."""
+    result = subprocess.run(
+        [*prefix, sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd="/",
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@contextlib.contextmanager
+def launched(
+    command: Sequence[str], cwd: Path
+) -> Iterator[tuple[subprocess.Popen[str], dict[str, Any]]]:
+    """A launcher (``launcher.py``, ``user_launcher.py``) started with ``command``, and the JSON
+    line it prints once the build runs; killed at the end, whatever happened."""
+    launcher = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, text=True)
+    try:
+        assert launcher.stdout is not None
+        yield launcher, json.loads(launcher.stdout.readline())
+    finally:
+        launcher.kill()
+        launcher.wait()
+        if launcher.stdout is not None:
+            launcher.stdout.close()
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> float:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
@@ -10,68 +9,22 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from fetchproxy.sandbox import Sandbox
-from tests.sandbox.conftest import LAUNCHER, Builds, needs_root
-
-pytestmark = pytest.mark.root
-
-# A build-side helper: try to connect, report the errno's name (or "connected") and the time.
-PROBE = textwrap.dedent(
-    """
-    import errno, json, socket, sys, time
-
-    def tcp(host, port, family=socket.AF_INET):
-        start = time.monotonic()
-        s = socket.socket(family, socket.SOCK_STREAM)
-        s.settimeout(3)
-        try:
-            s.connect((host, port))
-            outcome = "connected"
-        except OSError as e:
-            outcome = errno.errorcode.get(e.errno, repr(e))
-        finally:
-            s.close()
-        return [outcome, time.monotonic() - start]
-
-    def udp(host, port, family=socket.AF_INET):
-        s = socket.socket(family, socket.SOCK_DGRAM)
-        try:
-            s.sendto(b"hello from the sandbox", (host, port))
-            return "sent"
-        except OSError as e:
-            return errno.errorcode.get(e.errno, repr(e))
-        finally:
-            s.close()
-    """
+from tests.sandbox.conftest import (
+    CAPABILITY_PROBE,
+    LAUNCHER,
+    PROBE,
+    Builds,
+    host_addresses,
+    host_services,
+    needs_root,
 )
 
-
-def host_addresses() -> list[tuple[str, str]]:
-    """(family, address) of every address the host has, from `ip -j addr`."""
-    links = json.loads(subprocess.run(["ip", "-j", "addr"], check=True, capture_output=True).stdout)
-    return [(a["family"], a["local"]) for link in links for a in link.get("addr_info", [])]
-
-
-@contextlib.contextmanager
-def host_services() -> Iterator[dict[str, socket.socket]]:
-    """Host services bound to every address: TCP and UDP on 0.0.0.0, TCP on [::]."""
-    tcp4 = socket.create_server(("0.0.0.0", 0))
-    tcp6 = socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True)
-    udp4 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    udp4.bind(("0.0.0.0", 0))
-    services = {"tcp4": tcp4, "tcp6": tcp6, "udp4": udp4}
-    try:
-        for sock in services.values():
-            sock.setblocking(False)
-        yield services
-    finally:
-        for sock in services.values():
-            sock.close()
+pytestmark = pytest.mark.root
 
 
 def test_a_listener_in_the_edge_is_reachable(sandbox: Sandbox, builds: Builds) -> None:
@@ -284,24 +237,9 @@ def test_ipv6_is_off_on_the_veth_and_on_in_lo(sandbox: Sandbox, builds: Builds) 
 
 def test_the_build_holds_no_capability_over_the_host(builds: Builds) -> None:
     report = builds.run(
-        textwrap.dedent(
+        CAPABILITY_PROBE
+        + textwrap.dedent(
             """
-            import ctypes, errno, json, os
-            libc = ctypes.CDLL(None, use_errno=True)
-
-            def call(function, *args):
-                if function(*args) == 0:
-                    return "ok"
-                return errno.errorcode[ctypes.get_errno()]
-
-            def write(path):
-                try:
-                    with open(path, "w") as f:
-                        f.write("x")
-                    return "ok"
-                except OSError as e:
-                    return errno.errorcode[e.errno]
-
             own_netns = os.open("/proc/self/ns/net", os.O_RDONLY)
             print(json.dumps({
                 "uid": os.getuid(),

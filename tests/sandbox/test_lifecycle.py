@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -17,8 +15,10 @@ from fetchproxy.sandbox import Sandbox, SandboxError, linux
 from tests.sandbox.conftest import (
     BUILD_ENV,
     LAUNCHER,
+    LEAVE_A_DAEMON,
     Builds,
     NamespaceWatch,
+    launched,
     needs_root,
     netns_references,
     process_is_gone,
@@ -28,15 +28,6 @@ from tests.sandbox.conftest import (
 )
 
 pytestmark = pytest.mark.root
-
-# A build that leaves a grandchild behind (tagged with a marker) and then waits.
-LEAVE_A_DAEMON = (
-    "import subprocess, sys, time\n"
-    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', sys.argv[1]])\n"
-    "print('ready', flush=True)\n"
-    "if sys.argv[2] == 'wait':\n"
-    "    time.sleep(300)\n"
-)
 
 
 def sandbox_inodes(sandbox: Sandbox) -> set[int]:
@@ -151,18 +142,11 @@ def test_leaving_the_sandbox_kills_a_running_build(tmp_path: Path) -> None:
 def test_nothing_is_left_after_the_launcher_is_sigkilled(tmp_path: Path) -> None:
     needs_root()
     marker = f"fetchproxy-test-{uuid.uuid4()}"
-    launcher = subprocess.Popen(
-        [
-            *(sys.executable, str(LAUNCHER), "--"),
-            *(sys.executable, "-I", "-c", LEAVE_A_DAEMON, marker, "wait"),
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert launcher.stdout is not None
-        info = json.loads(launcher.stdout.readline())
+    command = [
+        *(sys.executable, str(LAUNCHER), "--"),
+        *(sys.executable, "-I", "-c", LEAVE_A_DAEMON, marker, "wait"),
+    ]
+    with launched(command, tmp_path) as (launcher, info):
         wait_for(lambda: len(processes_with(marker)) == 2)
         inodes = {info["sandbox_netns"], info["edge_netns"]}
         assert netns_references(inodes) != []
@@ -183,10 +167,6 @@ def test_nothing_is_left_after_the_launcher_is_sigkilled(tmp_path: Path) -> None
 
         seconds = wait_for(everything_gone, timeout=5)
         destroyed = watching.wait_until_destroyed()
-    finally:
-        launcher.kill()
-        launcher.wait()
-        launcher.stdout.close()  # type: ignore[union-attr]
     assert seconds < 1
     assert destroyed < 1
 

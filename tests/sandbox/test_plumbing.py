@@ -3,8 +3,6 @@ capabilities, and the messages when the sandbox cannot be built."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -13,7 +11,7 @@ from fetchproxy.sandbox.build import identity_map
 from fetchproxy.sandbox.linux import is_under, parse_mountinfo
 from fetchproxy.sandbox.supervisor import LineReader, format_message, parse_message
 from fetchproxy.sandbox.support import effective_capabilities, missing_capabilities
-from tests.sandbox.conftest import needs_root
+from tests.sandbox.conftest import NO_CAPABILITIES, needs_root, run_as
 
 
 def test_mountinfo_gives_mount_points_unescaped_with_their_options() -> None:
@@ -96,13 +94,4 @@ def test_without_root_the_sandbox_says_why_and_names_the_way_out() -> None:
         print(json.dumps([supported, reason, raised]))
         """
     )
-    no_capabilities = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs"]
-    result = subprocess.run(
-        [*no_capabilities, sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd="/",
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == f'[false, "{NOT_ROOT_MESSAGE}", "{NOT_ROOT_MESSAGE}"]\n'
+    assert run_as(NO_CAPABILITIES, code) == [False, NOT_ROOT_MESSAGE, NOT_ROOT_MESSAGE]

@@ -30,7 +30,7 @@ from fetchproxy.sandbox.rtnetlink import (
     new_veth_body,
     parse_reply,
 )
-from tests.sandbox.conftest import needs_root
+from tests.sandbox.conftest import needs_root, wait_for
 
 IFINFOMSG_SIZE = 16
 
@@ -101,8 +101,11 @@ def test_a_veth_pair_across_two_namespaces_comes_up() -> None:
             here.link_index("b")
         assert raised.value.errno == errno.ENODEV
         for netlink, name in ((here, "a"), (there, "b")):
-            while netlink.operstate(name) != IF_OPER_UP:
-                pass
+
+            def is_up(netlink: Rtnetlink = netlink, name: str = name) -> bool:
+                return netlink.operstate(name) == IF_OPER_UP
+
+            wait_for(is_up)
     finally:
         for closing in (here, there):
             closing.close()

@@ -43,22 +43,28 @@ from fetchproxy.sandbox.support import (
 from tests.real_origins import HTTPSOrigin, static_site
 from tests.sandbox.conftest import (
     BUILD_ENV,
+    CAPABILITY_PROBE,
+    LEAVE_A_DAEMON,
+    NO_CAPABILITIES,
+    PROBE,
+    USER_LAUNCHER,
     Builds,
     NamespaceWatch,
+    host_addresses,
+    host_services,
+    launched,
     needs_root,
     netns_references,
     process_is_gone,
     processes_with,
+    run_as,
     sigints_after_ctrl_c,
     wait_for,
 )
-from tests.sandbox.test_isolation import PROBE, host_addresses, host_services
 
 pytestmark = pytest.mark.root
 
 UNPRIVILEGED = ["setpriv", "--bounding-set=-all,+setfcap", "--inh-caps=-all", "--no-new-privs"]
-NO_CAPABILITIES = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs"]
-USER_LAUNCHER = Path(__file__).with_name("user_launcher.py")
 ROOT_LACKS = (
     "the network sandbox needs root: it creates network namespaces and a veth pair, and this "
     "process (uid 0) lacks CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETUID, CAP_SETGID. Run fetchproxy "
@@ -151,19 +157,6 @@ AVAILABLE = textwrap.dedent(
     print(json.dumps(report))
     """
 )
-
-
-def run_as(prefix: list[str], code: str) -> object:
-    result = subprocess.run(
-        [*prefix, sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd="/",
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 def test_without_root_the_user_sandbox_is_chosen() -> None:
@@ -352,24 +345,10 @@ def test_the_build_holds_no_capability_over_the_sandbox_or_the_host(
     builds: Builds, tmp_path: Path
 ) -> None:
     report = builds.run(
-        textwrap.dedent(
+        CAPABILITY_PROBE
+        + textwrap.dedent(
             """
-            import ctypes, errno, json, os, socket
-            libc = ctypes.CDLL(None, use_errno=True)
-
-            def call(function, *args):
-                if function(*args) == 0:
-                    return "ok"
-                return errno.errorcode[ctypes.get_errno()]
-
-            def write(path):
-                try:
-                    with open(path, "w") as f:
-                        f.write("x")
-                    return "ok"
-                except OSError as e:
-                    return errno.errorcode[e.errno]
-
+            import socket
             own_netns = os.open("/proc/self/ns/net", os.O_RDONLY)
             low_port = socket.create_server(("127.0.0.1", 80))
             with open("written-inside", "w") as f:
@@ -469,15 +448,6 @@ def test_an_unknown_command_is_reported_with_its_name(sandbox: UserSandbox) -> N
     )
 
 
-LEAVE_A_DAEMON = (
-    "import subprocess, sys, time\n"
-    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', sys.argv[1]])\n"
-    "print('ready', flush=True)\n"
-    "if sys.argv[2] == 'wait':\n"
-    "    time.sleep(300)\n"
-)
-
-
 def test_nothing_is_left_after_a_normal_exit(tmp_path: Path) -> None:
     needs_root()
     marker = f"fetchproxy-test-{uuid.uuid4()}"
@@ -507,19 +477,12 @@ def test_leaving_the_sandbox_kills_a_running_build(tmp_path: Path) -> None:
 def test_nothing_is_left_after_an_unprivileged_launcher_is_sigkilled(tmp_path: Path) -> None:
     needs_root()
     marker = f"fetchproxy-test-{uuid.uuid4()}"
-    launcher = subprocess.Popen(
-        [
-            *UNPRIVILEGED,
-            *(sys.executable, str(USER_LAUNCHER), "--"),
-            *(sys.executable, "-I", "-c", LEAVE_A_DAEMON, marker, "wait"),
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert launcher.stdout is not None
-        info = json.loads(launcher.stdout.readline())
+    command = [
+        *UNPRIVILEGED,
+        *(sys.executable, str(USER_LAUNCHER), "--"),
+        *(sys.executable, "-I", "-c", LEAVE_A_DAEMON, marker, "wait"),
+    ]
+    with launched(command, tmp_path) as (launcher, info):
         wait_for(lambda: len(processes_with(marker)) == 2)
         assert netns_references({info["netns"]}) != []
         handle = os.open(f"/proc/{launcher.pid}/fd/{info['fds'][0]}", os.O_RDONLY)
@@ -538,10 +501,6 @@ def test_nothing_is_left_after_an_unprivileged_launcher_is_sigkilled(tmp_path: P
 
         seconds = wait_for(everything_gone, timeout=5)
         destroyed = watching.wait_until_destroyed()
-    finally:
-        launcher.kill()
-        launcher.wait()
-        launcher.stdout.close()  # type: ignore[union-attr]
     assert seconds < 1
     assert destroyed < 1
 

@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 from mitmproxy import connection, ctx
 
+from fetchproxy.settings import admitted
+
 Address = tuple[str, int]
 
 
@@ -30,11 +32,7 @@ class Lifecycle:
 
     def client_connected(self, client: connection.Client) -> None:
         """With a client gate (the user sandbox's relay), refuse every other local process."""
-        ports = self._only_client_ports
-        if ports is None:
-            return
-        host, port = client.peername[:2]
-        if host != "127.0.0.1" or port not in ports:
+        if not admitted(client.peername[:2], self._only_client_ports):
             self.turned_away += 1
             client.error = "fetchproxy: this proxy serves only its sandboxed build"
 

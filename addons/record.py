@@ -221,7 +221,7 @@ class Record:
         response = flow.response
         key = flow.metadata.get(flows.KEY)
         if not isinstance(tee, _Tee) or response is None or not isinstance(key, RequestKey):
-            if response is not None and flow.metadata.get(flows.KEY) is not None:
+            if response is not None and key is not None:
                 self.stats.passed += 1
             return
         if tee.chunks == 0 and response.raw_content:

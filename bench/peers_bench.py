@@ -29,45 +29,25 @@ from __future__ import annotations
 import argparse
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
-from types import FrameType
 
+from proxybench.deadline import time_limit
 from proxybench.peers import Arena, Body, NodePeers, contenders, install_node_peers
 from proxybench.record_mode import bench_record
 from proxybench.recordings import record_fixtures
-from proxybench.rig import make_rig
+from proxybench.rig import Rig, make_rig, origin_version
 from proxybench.rounds import Report, human, parse_size, say
 from proxybench.systems import Services
 from proxybench.throughput import CPUS
 from proxybench.versus import PeerOptions, bench_bodies, bench_hits, bench_start
 
 STEPS = ("hits", "bodies", "start", "record")
-
-
-class OvertimeError(Exception):
-    """The whole run took longer than ``--time-limit``."""
-
-
-@contextmanager
-def time_limit(seconds: int) -> Iterator[None]:
-    def expire(_signum: int, _frame: FrameType | None) -> None:
-        raise OvertimeError(f"the benchmark did not finish within {seconds} s (--time-limit)")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -111,9 +91,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def environment(peers: NodePeers, args: argparse.Namespace, seconds: float) -> str:
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    found = subprocess.run([nginx, "-v"], capture_output=True, text=True, check=False)
+def environment(peers: NodePeers, rig: Rig, args: argparse.Namespace, seconds: float) -> str:
     curl = subprocess.run(["curl", "--version"], capture_output=True, text=True, check=False)
     node = f"node {peers.node.removeprefix('v')}" if peers.node else "no node"
     if args.node_heap:
@@ -122,7 +100,7 @@ def environment(peers: NodePeers, args: argparse.Namespace, seconds: float) -> s
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     return (
         f"peers_bench: {platform.python_implementation()} {platform.python_version()}, "
-        f"mitmproxy {version('mitmproxy')}, {found.stderr.strip().removeprefix('nginx version: ')}"
+        f"mitmproxy {version('mitmproxy')}, {origin_version(rig)}"
         f", {node} ({npm or peers.problem}), {' '.join(curl.stdout.split()[:2])}, {CPUS} CPUs "
         f"({platform.machine()}); {args.rounds} rounds; load average at the end {load}; "
         f"took {seconds:.0f} s"
@@ -166,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 bench_bodies(arena, systems, opts, out)
             if "record" in steps:
                 bench_record(arena, opts, out)
-            header = environment(peers, args, time.perf_counter() - started)
+            header = environment(peers, rig, args, time.perf_counter() - started)
     finally:
         if args.keep:
             say(f"kept {work}")

@@ -38,19 +38,17 @@ from __future__ import annotations
 import argparse
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
-from types import FrameType
 
+from proxybench.deadline import time_limit
 from proxybench.memory import bench_flat, bench_huge
-from proxybench.rig import Options, Rig, make_rig, record_fixture
+from proxybench.rig import Options, Rig, make_rig, origin_version, record_fixture
 from proxybench.rounds import Report, parse_size, say
 from proxybench.systems import Services
 from proxybench.throughput import CPUS, bench_large, bench_legs, bench_small, bench_small_curl
@@ -63,24 +61,6 @@ STEPS = {
     "huge": bench_huge,
     "flat": bench_flat,
 }
-
-
-class OvertimeError(Exception):
-    """The whole run took longer than ``--time-limit``."""
-
-
-@contextmanager
-def time_limit(seconds: int) -> Iterator[None]:
-    def expire(_signum: int, _frame: FrameType | None) -> None:
-        raise OvertimeError(f"the benchmark did not finish within {seconds} s (--time-limit)")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
@@ -134,16 +114,11 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]
 
 
 def environment(opts: Options, rig: Rig, seconds: float) -> str:
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    origin = rig.origin_kind
-    if origin == "nginx":
-        found = subprocess.run([nginx, "-v"], capture_output=True, text=True, check=False)
-        origin = found.stderr.strip().removeprefix("nginx version: ")
     curl = subprocess.run(["curl", "--version"], capture_output=True, text=True, check=False)
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     return (
         f"proxy_bench: {platform.python_implementation()} {platform.python_version()}, "
-        f"mitmproxy {version('mitmproxy')}, origin {origin}, "
+        f"mitmproxy {version('mitmproxy')}, origin {origin_version(rig)}, "
         f"{' '.join(curl.stdout.split()[:2])}, {CPUS} CPUs ({platform.machine()}); "
         f"{opts.rounds} rounds; load average at the end {load}; took {seconds:.0f} s"
     )

@@ -7,6 +7,8 @@ temporary directory and is removed with it.
 
 mitmproxy reads a CA from its confdir as ``mitmproxy-ca.pem`` (key, then certificate); the
 certificate alone is written beside it as ``fetchproxy-ca.pem`` for clients.
+:func:`system_trust_bundle` reads the system's CA certificates: a build trusts them and the run's
+CA; the recorder trusts them, certifi's and any ``--upstream-ca`` upstream.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,11 @@ MITMPROXY_CA_FILE = "mitmproxy-ca.pem"
 CERT_FILE = "fetchproxy-ca.pem"
 _LIFETIME = datetime.timedelta(days=3650)
 _EPHEMERAL_LIFETIME = datetime.timedelta(days=2)
+_SYSTEM_BUNDLES = (
+    "/etc/ssl/certs/ca-certificates.crt",  # Debian, Ubuntu, Arch
+    "/etc/pki/tls/certs/ca-bundle.crt",  # Fedora, RHEL
+    "/etc/ssl/cert.pem",  # Alpine, macOS
+)
 
 
 class CAError(FetchproxyError, OSError):
@@ -212,3 +220,12 @@ def load_ca(directory: Path) -> CertificateAuthority:
     if at < 0 or not pem[:at].strip():
         raise CAError(f"{path}: not a CA file (a private key, then a certificate, both PEM)")
     return CertificateAuthority(cert_pem=pem[at:], key_pem=pem[:at])
+
+
+def system_trust_bundle() -> bytes:
+    """The system's CA certificates: Python's default bundle, else the first of the usual
+    places; empty when there is none."""
+    for candidate in (ssl.get_default_verify_paths().cafile, *_SYSTEM_BUNDLES):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate).read_bytes()
+    return b""

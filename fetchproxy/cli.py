@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from fetchproxy.cli_lock_store import add_lock_diff_parser, add_store_parser
+from fetchproxy.cli_lock_store import (
+    DEFAULT_LOCK_HELP,
+    add_lock_diff_parser,
+    add_store_parser,
+    default_lock,
+)
 from fetchproxy.errors import FetchproxyError
-
-DEFAULT_LOCK = "fetchproxy.lock.toml"
 
 
 class _Formatter(logging.Formatter):
@@ -57,8 +59,8 @@ def _add_lock(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lock",
         type=Path,
-        default=Path(os.environ.get("FETCHPROXY_LOCK", DEFAULT_LOCK)),
-        help=f"the lock file (default: $FETCHPROXY_LOCK or ./{DEFAULT_LOCK})",
+        default=default_lock(),
+        help=DEFAULT_LOCK_HELP,
     )
 
 

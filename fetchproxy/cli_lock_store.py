@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 # The command modules are imported when a command runs, so that `fetchproxy --help` stays fast.
 
 DEFAULT_LOCK = "fetchproxy.lock.toml"
+DEFAULT_LOCK_HELP = f"the lock file (default: $FETCHPROXY_LOCK or ./{DEFAULT_LOCK})"
 _GIT_ARGS = (7, 9)  # path old-file old-hex old-mode new-file new-hex new-mode [new-path info]
 _NULL_HEX_RE = re.compile(r"0+|\.")
 _DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)")
@@ -78,15 +79,20 @@ def add_lock_diff_parser(lock_subparsers: Subparsers[argparse.ArgumentParser]) -
         "lock",
         nargs="?",
         type=Path,
-        default=Path(os.environ.get("FETCHPROXY_LOCK", DEFAULT_LOCK)),
+        default=default_lock(),
         metavar="LOCK",
-        help=f"the lock file (default: $FETCHPROXY_LOCK or ./{DEFAULT_LOCK})",
+        help=DEFAULT_LOCK_HELP,
     )
     show.add_argument(
         "--git-textconv",
         action="store_true",
         help="be git's textconv: a file that is not a valid lock is shown as it is, exit 0",
     )
+
+
+def default_lock() -> Path:
+    """``$FETCHPROXY_LOCK``, else ``fetchproxy.lock.toml`` in the current directory."""
+    return Path(os.environ.get("FETCHPROXY_LOCK", DEFAULT_LOCK))
 
 
 def add_store_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:

@@ -18,7 +18,7 @@ from fetchproxy.ca import load_ca
 from fetchproxy.leafcerts import HostContexts
 from fetchproxy.replaybook import ReplayBook
 from fetchproxy.replayserver import Address, ReplayServer
-from fetchproxy.settings import ProxySettings, ProxyStartError
+from fetchproxy.settings import ProxySettings, cannot_listen
 from fetchproxy.verifiedblobs import VerifiedBlobs
 
 
@@ -65,13 +65,8 @@ class DirectReplayRun:
             try:
                 self.addresses = await self.server.start(s.listen_host, s.listen_port, self._sock)
             except OSError as exc:
-                hint = ""
-                if exc.errno == errno.EADDRINUSE:
-                    hint = (
-                        " — another program listens there; choose another port (0 picks a free one)"
-                    )
-                raise ProxyStartError(
-                    f"cannot listen on {s.listen_host}:{s.listen_port}: {exc.strerror or exc}{hint}"
+                raise cannot_listen(
+                    s, str(exc.strerror or exc), in_use=exc.errno == errno.EADDRINUSE
                 ) from None
         except BaseException:
             self._cleanup()

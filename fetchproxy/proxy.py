@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
@@ -26,10 +25,11 @@ from addons.lifecycle import Address, Lifecycle
 from addons.record import Record
 from addons.replay import Replay
 from fetchproxy.atomicfile import write_atomic
+from fetchproxy.ca import system_trust_bundle
 from fetchproxy.digest import digest_bytes, hex_of
 from fetchproxy.journal import journal_path
 from fetchproxy.replaybook import ReplayBook
-from fetchproxy.settings import Mode, ProxySettings, ProxyStartError
+from fetchproxy.settings import Mode, ProxySettings, ProxyStartError, cannot_listen
 
 __all__ = ["Mode", "ProxyRun", "ProxySettings", "ProxyStartError", "upstream_trust_bundle"]
 
@@ -37,12 +37,6 @@ SETTLE_TIMEOUT = 30.0
 """How long ``stop()`` waits for fetches in flight to be stored before recording ends."""
 
 logger = logging.getLogger("fetchproxy.proxy")
-
-_SYSTEM_BUNDLES = (
-    "/etc/ssl/certs/ca-certificates.crt",  # Debian, Ubuntu, Arch
-    "/etc/pki/tls/certs/ca-bundle.crt",  # Fedora, RHEL
-    "/etc/ssl/cert.pem",  # Alpine, macOS
-)
 
 
 class _StartupErrors(logging.Handler):
@@ -63,11 +57,9 @@ def upstream_trust_bundle(confdir: Path, extra: Sequence[Path]) -> Path:
     has to be in the one file.
     """
     parts = [Path(certifi.where()).read_bytes()]
-    default = ssl.get_default_verify_paths().cafile
-    for candidate in (default, *_SYSTEM_BUNDLES):
-        if candidate and Path(candidate).is_file():
-            parts.append(Path(candidate).read_bytes())
-            break
+    system = system_trust_bundle()
+    if system:
+        parts.append(system)
     for path in extra:
         try:
             parts.append(path.read_bytes())
@@ -175,12 +167,10 @@ class ProxyRun:
         mitm_log.propagate = True
         # mitmproxy's messages end in hints about its own options (`--mode ...`): first lines only
         reasons = "; ".join(m.splitlines()[0] for m in self._errors.messages if m.strip())
-        hint = ""
-        if "address already in use" in reasons:
-            hint = " — another program listens there; choose another port (0 picks a free one)"
-        raise ProxyStartError(
-            f"cannot listen on {s.listen_host}:{s.listen_port}: "
-            f"{reasons or 'mitmproxy stopped while starting'}{hint}"
+        raise cannot_listen(
+            s,
+            reasons or "mitmproxy stopped while starting",
+            in_use="address already in use" in reasons,
         )
 
     async def stop(self) -> None:

@@ -61,8 +61,9 @@ from fetchproxy.replaying import (
     refusal,
     refusal_text,
 )
+from fetchproxy.settings import admitted
 from fetchproxy.store import CorruptBlobError, StoreError
-from fetchproxy.verifiedblobs import SMALL_BODY, VerifiedBlobs
+from fetchproxy.verifiedblobs import SMALL_BODY, VerifiedBlobs, blob_range
 
 logger = logging.getLogger("fetchproxy.replay")
 
@@ -136,10 +137,7 @@ class ReplayServer:
 
     def admit(self, peer: object) -> bool:
         """The client gate of the user sandbox: only the relay's source ports are served."""
-        ports = self.only_client_ports
-        if ports is None:
-            return True
-        if isinstance(peer, tuple) and peer[0] == "127.0.0.1" and peer[1] in ports:
+        if admitted(peer, self.only_client_ports):
             return True
         self.turned_away += 1
         return False
@@ -541,8 +539,8 @@ class _Connection(asyncio.Protocol):
                 ),
                 None,
             )
-            self._write_answer(head, answer, text)
             server.book.refuse_other(INVALID_REQUEST, error=str(exc))
+            self._write_answer(head, answer, text)
             return
         key, fetch = known.key, known.fetch
         if (head.get("upgrade") or "").lower() == "websocket":
@@ -555,8 +553,8 @@ class _Connection(asyncio.Protocol):
         plain = range_header is None and head.keep_alive and head.version == "HTTP/1.1"
         whole = known.whole
         if whole is not None and plain:
-            self._send(whole)
             server.book.served(key, 0 if head.method == "HEAD" else fetch.size)
+            self._send(whole)
             return
         if fetch.size <= SMALL_BODY:
             cached = server.blobs.cached(fetch.digest)
@@ -565,11 +563,10 @@ class _Connection(asyncio.Protocol):
                 if plain and answer.body is None:
                     whole = self._answer_bytes(head, answer, cached)
                     server.prepare(known, whole)
-                    self._send(whole)
                     server.book.served(key, 0 if head.method == "HEAD" else fetch.size)
+                    self._send(whole)
                     return
-                sent = self._write_answer(head, answer, cached)
-                server.book.served(key, sent)
+                self._write_answer(head, answer, cached, served=key)
                 return
         self.task = asyncio.get_running_loop().create_task(
             self._answer_slowly(head, key, fetch, range_header)
@@ -596,20 +593,28 @@ class _Connection(asyncio.Protocol):
     def _refuse(self, head: RequestHead, key: RequestKey, reason: str, status: int = 403) -> None:
         lock_name = self.server.lock_name
         answer = refusal(key, lock_name=lock_name, reason=reason, status=status)
+        self.server.book.refuse(key, reason=reason)
         self._write_answer(
             head, answer, refusal_text(key, lock_name=lock_name, reason=reason).encode()
         )
-        self.server.book.refuse(key, reason=reason)
 
-    def _write_answer(self, head: RequestHead, answer: Answer, body: bytes) -> int:
-        """Send a whole answer with ``body`` (the blob; cut to the answer's range). Bytes sent."""
+    def _write_answer(
+        self, head: RequestHead, answer: Answer, body: bytes, *, served: RequestKey | None = None
+    ) -> None:
+        """Send a whole answer with ``body`` (the blob; cut to the answer's range).
+
+        With ``served``, count it as served (with the body bytes it carries) before sending it:
+        like a refusal's count and log line, it is in the book by the time a client has the answer.
+        """
         out = self._answer_bytes(head, answer, body)
+        if served is not None:
+            sent = 0
+            if answer.send_body and head.method != "HEAD":
+                sent = len(body) if answer.body is None else answer.body.length
+            self.server.book.served(served, sent)
         self._send(out)
         if not head.keep_alive:
             self._close()
-        if not answer.send_body or head.method == "HEAD":
-            return 0
-        return len(body) if answer.body is None else answer.body.length
 
     @staticmethod
     def _answer_bytes(head: RequestHead, answer: Answer, body: bytes) -> bytes:
@@ -650,15 +655,16 @@ class _Connection(asyncio.Protocol):
             return
         answer = answer_for(fetch, method=head.method, range_header=range_header)
         if body is not None or not answer.send_body or head.method == "HEAD":
-            book.served(key, self._write_answer(head, answer, body or b""))
+            self._write_answer(head, answer, body or b"", served=key)
             return
         start, end = (
             (0, fetch.size) if answer.body is None else (answer.body.start, answer.body.end + 1)
         )
         keep_alive = head.keep_alive
         headers = _with_connection(head, answer.headers)
-        self._send(response_head(head.version, answer.status, answer.reason, headers))
+        out = response_head(head.version, answer.status, answer.reason, headers)
         book.served(key, end - start)
+        self._send(out)
         try:
             await self._stream(fetch, start, end)
         except StoreError as exc:
@@ -672,18 +678,12 @@ class _Connection(asyncio.Protocol):
             self._close()
 
     async def _stream(self, fetch: Fetch, start: int, end: int) -> None:
-        position = 0
         with self.server.blobs.store.open(fetch.digest, chunk_size=_CHUNK) as blob:
-            for chunk in blob:
-                chunk_end = position + len(chunk)
-                if chunk_end > start:
-                    if self._state == "closed":
-                        raise ConnectionResetError("the client went away")
-                    self._send(memoryview(chunk)[max(start - position, 0) : end - position])
-                    await self._drain()
-                position = chunk_end
-                if position >= end:
-                    break
+            for part in blob_range(blob, start, end):
+                if self._state == "closed":
+                    raise ConnectionResetError("the client went away")
+                self._send(part)
+                await self._drain()
 
 
 def _with_connection(

@@ -25,7 +25,6 @@ import asyncio
 import dataclasses
 import os
 import signal
-import ssl
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from fetchproxy.buildenv import build_environment, wgetrc_text
-from fetchproxy.ca import generate_ephemeral_ca
+from fetchproxy.ca import generate_ephemeral_ca, system_trust_bundle
 from fetchproxy.directrun import DirectReplayRun
 from fetchproxy.normalize import DEFAULT_SECRET_PARAMS
 from fetchproxy.relay import Relay
@@ -70,18 +69,6 @@ class RunRequest:
     http2: bool = False
 
 
-def _system_bundle() -> bytes:
-    default = ssl.get_default_verify_paths().cafile
-    for candidate in (
-        default,
-        "/etc/ssl/certs/ca-certificates.crt",
-        "/etc/pki/tls/certs/ca-bundle.crt",
-    ):
-        if candidate and Path(candidate).is_file():
-            return Path(candidate).read_bytes()
-    return b""
-
-
 def run_build(request: RunRequest) -> int:
     """Run the build under the proxy; the exit status."""
     with tempfile.TemporaryDirectory(prefix="fetchproxy-run-") as tmp:
@@ -92,7 +79,7 @@ async def _run(request: RunRequest, tmp: Path) -> int:
     confdir = tmp / "ca"
     ca = generate_ephemeral_ca()
     ca.write(confdir)
-    bundle = _system_bundle() + b"\n" + ca.cert_pem
+    bundle = system_trust_bundle() + b"\n" + ca.cert_pem
     if request.sandbox == "none":
         return await _run_unsandboxed(request, confdir, tmp, bundle)
     kind, reason = available_sandbox(request.sandbox)

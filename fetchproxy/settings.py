@@ -1,4 +1,8 @@
-"""What a proxy run is asked to do, whichever engine runs it (no mitmproxy imports here)."""
+"""What a proxy run is asked to do, whichever engine runs it (no mitmproxy imports here).
+
+Also what both engines apply alike: the client gate (:func:`admitted`) and the error of a
+listener that cannot bind (:func:`cannot_listen`).
+"""
 
 from __future__ import annotations
 
@@ -55,3 +59,21 @@ class ProxySettings:
         if self.mode != "replay":
             return False
         return self.engine == "direct" or (self.engine == "auto" and not self.http2)
+
+
+def admitted(peer: object, only_client_ports: set[int] | None) -> bool:
+    """The client gate of the user sandbox: whether the client at ``peer`` (its peer name) may
+    be served. Without ``only_client_ports`` everyone may; with it, only 127.0.0.1 from one of
+    those source ports (the relay's)."""
+    if only_client_ports is None:
+        return True
+    return isinstance(peer, tuple) and peer[0] == "127.0.0.1" and peer[1] in only_client_ports
+
+
+def cannot_listen(settings: ProxySettings, reason: str, *, in_use: bool) -> ProxyStartError:
+    """The error of a proxy that could not bind its listener; ``in_use``: the port is taken."""
+    hint = " — another program listens there; choose another port (0 picks a free one)"
+    return ProxyStartError(
+        f"cannot listen on {settings.listen_host}:{settings.listen_port}: {reason}"
+        f"{hint if in_use else ''}"
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 
 from fetchproxy.digest import Digest
 from fetchproxy.store import Store, StoreError
@@ -16,6 +17,22 @@ from fetchproxy.store import Store, StoreError
 SMALL_BODY = 256 * 1024
 """Bodies up to this size are answered from memory; larger ones are streamed from the store."""
 CACHE_BYTES = 64 * 1024 * 1024
+
+
+def blob_range(chunks: Iterable[bytes], start: int, end: int) -> Iterator[memoryview]:
+    """The bytes ``start`` to ``end`` (exclusive) of a blob read in ``chunks``, in order.
+
+    Stops reading at ``end``: a part is rehashed only as far as it is read, so stream a part
+    only of a blob verified before (a whole blob's last chunk comes after its digest check).
+    """
+    position = 0
+    for chunk in chunks:
+        chunk_end = position + len(chunk)
+        if chunk_end > start:
+            yield memoryview(chunk)[max(start - position, 0) : end - position]
+        position = chunk_end
+        if position >= end:
+            return
 
 
 class WrongSizeError(StoreError):
@@ -32,9 +49,6 @@ class VerifiedBlobs:
         self._cache: OrderedDict[Digest, bytes] = OrderedDict()
         self._cache_size = 0
         self._cache_bytes = cache_bytes
-
-    def is_verified(self, digest: Digest) -> bool:
-        return digest in self._verified
 
     async def verify(self, digest: Digest, size: int | None = None) -> None:
         """Rehash the blob unless this run did already; with ``size``, check its size too.

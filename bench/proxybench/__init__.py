@@ -7,6 +7,7 @@
 - :mod:`proxybench.loadgen` is the load: an asyncio client keeping HTTPS connections alive
   through a proxy's CONNECT, and ``curl`` for large bodies and for HTTP/2.
 - :mod:`proxybench.rounds` runs systems in interleaved rounds and formats the report.
+- :mod:`proxybench.deadline` is ``--time-limit``: a run that takes too long is stopped.
 - :mod:`proxybench.throughput` and :mod:`proxybench.memory` are the tables.
 - :mod:`proxybench.answer_everything` and :mod:`proxybench.upstream_alpn` are mitmproxy addon
   scripts (the ceiling; a fixed protocol to the origin); :mod:`proxybench.static_origin` is the

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from proxybench.systems import clean_env
+
 
 class LoadError(RuntimeError):
     """A request failed or was answered wrongly."""
@@ -261,7 +263,7 @@ def curl_download(
     argv += ["--write-out", "%{http_code} %{size_download} %{time_total} %{http_version}"]
     if proxy is not None:
         argv += ["--proxy", proxy]
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env = clean_env()
     done = subprocess.run(
         [*argv, url], capture_output=True, env=env, timeout=max_seconds + 30, check=False
     )
@@ -312,7 +314,7 @@ def curl_many(
     argv += ["--write-out", "%{http_code} %{size_download} %{http_version} %{num_connects}\n"]
     if proxy is not None:
         argv += ["--proxy", proxy]
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env = clean_env()
     start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, env=env, timeout=max_seconds + 30, check=False)
     seconds = time.perf_counter() - start

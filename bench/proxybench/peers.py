@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -30,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from proxybench.loadgen import Target
-from proxybench.rig import SMALL, Rig
-from proxybench.systems import LOOPBACK, Service, ServiceError, Services
+from proxybench.rig import SMALL, Rig, write_file
+from proxybench.systems import LOOPBACK, Service, ServiceError, Services, clean_env
 
 NODE_PEERS = Path(__file__).resolve().parent / "node_peers.js"
 NPM_PACKAGES = ("proxay", "talkback")
@@ -166,12 +165,7 @@ class Arena:
         return f"https://{LOOPBACK}:{service.port}{body.path}", self.rig.pki.ca_cert, None
 
     def write_body(self, body: Body) -> None:
-        block = os.urandom(1 << 20)
-        with (self.rig.work / "www" / f"{body.key}.bin").open("wb") as out:
-            left = body.size
-            while left:
-                out.write(block[: min(left, len(block))])
-                left -= min(left, len(block))
+        write_file(self.rig.work / "www" / f"{body.key}.bin", body.size)
 
 
 def fetchproxy_contender(arena: Arena) -> Contender:
@@ -255,7 +249,7 @@ def node_contender(
             settings = {"tool": tool, "mode": mode, "tapes": str(home / key)}
             settings |= {"origin": rig.origin.url, "key": str(rig.pki.key)}
             config.write_text(json.dumps(settings | {"cert": str(rig.pki.cert)}))
-            env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+            env = clean_env()
             env |= {"NODE_PATH": str(peers.modules), "NODE_EXTRA_CA_CERTS": str(rig.pki.ca_cert)}
             if heap_mb is not None:
                 env["NODE_OPTIONS"] = f"--max-old-space-size={heap_mb}"

@@ -9,6 +9,7 @@ proxy of the run serves from.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from proxybench.systems import (
     Services,
     fetchproxy_ca,
     make_origin_pki,
+    nginx_binary,
 )
 
 SMALL = 1024
@@ -86,7 +88,17 @@ class Rig:
         return [self.url(self.small_paths[i % len(self.small_paths)]) for i in range(count)]
 
 
-def _write_file(path: Path, size: int) -> None:
+def origin_version(rig: Rig) -> str:
+    """What ``nginx -v`` says (``nginx/1.22.1``), or ``python`` for the stand-in origin."""
+    binary = nginx_binary()
+    if rig.origin_kind != "nginx" or binary is None:
+        return rig.origin_kind
+    found = subprocess.run([binary, "-v"], capture_output=True, text=True, check=False)
+    return found.stderr.strip().removeprefix("nginx version: ")
+
+
+def write_file(path: Path, size: int) -> None:
+    """``size`` random bytes (a 1 MiB block repeated) at ``path``."""
     block = os.urandom(1 << 20)
     with path.open("wb") as out:
         left = size
@@ -105,8 +117,8 @@ def make_rig(
     for index in range(files):
         (www / "small" / f"{index:03d}.bin").write_bytes(os.urandom(SMALL))
         small_paths.append(f"/small/{index:03d}.bin")
-    _write_file(www / "large.bin", large)
-    _write_file(www / "huge.bin", huge)
+    write_file(www / "large.bin", large)
+    write_file(www / "huge.bin", huge)
     pki = make_origin_pki(work / "origin-pki")
     data_home = work / "data"
     confdir, proxy_ca = fetchproxy_ca(data_home)

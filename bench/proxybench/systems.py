@@ -38,6 +38,13 @@ class ServiceError(RuntimeError):
     """A process the benchmark needs did not start or misbehaved."""
 
 
+def nginx_binary() -> str | None:
+    """Where nginx is installed (``PATH``, then the usual sbin directories), or None."""
+    return shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if Path(p).exists()), None
+    )
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (for servers that need one given)."""
     with socket.socket() as probe:
@@ -149,7 +156,7 @@ class Services:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE if stdout else log_file,
                 stderr=log_file,
-                env=env if env is not None else _clean_env(),
+                env=env if env is not None else clean_env(),
                 cwd=self.workdir,
             )
         service = Service(name, popen, log)
@@ -163,9 +170,7 @@ class Services:
 
         ``name`` names its log and its directory in the work directory: one per nginx process.
         """
-        binary = shutil.which("nginx") or next(
-            (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if Path(p).exists()), None
-        )
+        binary = nginx_binary()
         if binary is None:
             return None
         port = free_port()
@@ -237,20 +242,12 @@ http {{
 
         ``http2`` adds ``--http2`` (replay then runs on mitmproxy instead of the direct server).
         """
-        env = _clean_env()
+        env = clean_env()
         env["XDG_DATA_HOME"] = str(data_home)
         argv = [sys.executable, "-m", "fetchproxy", "serve", mode, "--listen", f"{LOOPBACK}:0"]
         argv += ["--lock", str(lock), "--store", str(store), "--log", str(lock) + ".events"]
         argv += ["--upstream-ca", str(upstream_ca), *(["--http2"] if http2 else [])]
-        service = self._spawn(name, argv, env=env, stdout=True)
-        line = _read_line(service, START_TIMEOUT)
-        prefix = "fetchproxy: listening on http://"
-        if not line.startswith(prefix):
-            service.stop(timeout=5)
-            raise ServiceError(f"{name}: unexpected first line {line!r}:\n{service.log_tail()}")
-        service.url = line.removeprefix("fetchproxy: listening on ").strip()
-        service.port = int(service.url.rsplit(":", 1)[1])
-        return service
+        return self.start_announcing(name, argv, env=env, prefix="fetchproxy: listening on ")
 
     def start_mitmdump(
         self,
@@ -347,7 +344,7 @@ def _read_line(service: Service, timeout: float) -> str:
     return line
 
 
-def _clean_env() -> dict[str, str]:
+def clean_env() -> dict[str, str]:
     """The environment without proxy variables (every client here names its proxy itself)."""
     return {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
 

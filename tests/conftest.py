@@ -8,6 +8,7 @@ proxy and trusting only fetchproxy's CA.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import io
@@ -33,6 +34,7 @@ with warnings.catch_warnings():
 
 from addons.record import Record
 from fetchproxy.ca import generate_ca
+from fetchproxy.cli import build_parser
 from fetchproxy.proxy import Mode, ProxySettings
 from fetchproxy.replaybook import ReplayBook
 from fetchproxy.runs import make_run
@@ -42,6 +44,14 @@ from tests.origin import Origin, OriginPKI, make_pki, standard_site
 
 if TYPE_CHECKING:
     from fetchproxy.runs import Run
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """In CI every test runs: the ones that need root skip elsewhere, so CI must be root."""
+    if os.environ.get("CI") and os.geteuid() != 0:
+        raise pytest.UsageError(
+            "CI is set but this is not root: the sandbox tests would skip instead of running"
+        )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -330,6 +340,11 @@ def _parse_curl(head: bytes, body: bytes, version: str) -> Fetched:
         name, _, value = line.partition(":")
         headers.append((name.strip().lower(), value.strip()))
     return Fetched(status, tuple(headers), body, protocol=f"HTTP/{version}")
+
+
+def parse_cli(*argv: str) -> argparse.Namespace:
+    """Arguments as the ``fetchproxy`` command parses them."""
+    return build_parser().parse_args(argv)
 
 
 def read_events(log: Path, *, unused: bool = False) -> list[dict[str, object]]:

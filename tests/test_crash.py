@@ -20,7 +20,6 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 
@@ -62,6 +61,12 @@ def origin() -> Iterator[str]:
         thread.join()
 
 
+def _serve_record(lock: Path, store: Path) -> list[str]:
+    """The command line of `fetchproxy serve record` on a free port of 127.0.0.1."""
+    serve = [sys.executable, "-m", "fetchproxy", "serve", "record", "--listen", "127.0.0.1:0"]
+    return [*serve, "--lock", str(lock), "--store", str(store)]
+
+
 class Recorder:
     """One `fetchproxy serve record` process."""
 
@@ -70,52 +75,19 @@ class Recorder:
         env["XDG_DATA_HOME"] = str(tmp / "data")
         self.stderr = tmp / f"serve-{time.monotonic_ns()}.err"
         with self.stderr.open("w") as stderr:
-            self.process = self._start(lock, store, env, stderr)
+            self.process = subprocess.Popen(
+                _serve_record(lock, store), stdout=subprocess.PIPE, stderr=stderr, env=env
+            )
         assert self.process.stdout is not None
         line = self.process.stdout.readline().decode()
         assert line.startswith("fetchproxy: listening on http://"), self.stderr.read_text()
         self.url = line.split(" on ", 1)[1].strip()
 
     @staticmethod
-    def _start(
-        lock: Path, store: Path, env: dict[str, str], stderr: IO[str]
-    ) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "fetchproxy",
-                "serve",
-                "record",
-                "--listen",
-                "127.0.0.1:0",
-                "--lock",
-                str(lock),
-                "--store",
-                str(store),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            env=env,
-        )
-
-    @staticmethod
     def start_failure(tmp: Path, lock: Path, store: Path) -> str:
         """The stderr of a record that must refuse to start (exit 2)."""
         result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "fetchproxy",
-                "serve",
-                "record",
-                "--listen",
-                "127.0.0.1:0",
-                "--lock",
-                str(lock),
-                "--store",
-                str(store),
-            ],
+            _serve_record(lock, store),
             capture_output=True,
             text=True,
             timeout=60,

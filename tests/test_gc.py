@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import threading
 import time
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fetchproxy.cli_lock_store import add_lock_diff_parser, add_store_parser, run_store
+from fetchproxy.cli_lock_store import run_store
 from fetchproxy.digest import Digest, digest_bytes, hex_of
 from fetchproxy.gc import (
     DEFAULT_GRACE,
@@ -26,6 +25,7 @@ from fetchproxy.journal import Journal, journal_path
 from fetchproxy.lock import Fetch, Lock
 from fetchproxy.lockfile import LockFileError, write_lock
 from fetchproxy.store import DiskStore, TempFile
+from tests.conftest import parse_cli
 
 HOUR = 3600.0
 KEPT = b"a body the lock uses"
@@ -319,16 +319,6 @@ def test_report_text() -> None:
 # ------------------------------------------------------------------------------------------- CLI
 
 
-def parse(*argv: str) -> argparse.Namespace:
-    """Arguments as `fetchproxy` parses them, with the store parsers wired in."""
-    parser = argparse.ArgumentParser(prog="fetchproxy")
-    commands = parser.add_subparsers(dest="command", required=True)
-    lock = commands.add_parser("lock")
-    add_lock_diff_parser(lock.add_subparsers(dest="lock_command", required=True))
-    add_store_parser(commands)
-    return parser.parse_args(argv)
-
-
 @pytest.fixture
 def stale_store(store: DiskStore) -> Iterator[DiskStore]:
     """An unused blob and a crashed write, both two hours old (the blob by its clock)."""
@@ -343,7 +333,7 @@ def test_cli_gc(stale_store: DiskStore, lock: Path, capsys: pytest.CaptureFixtur
     store = stale_store
     (temp,) = store.temp_files()
     root = store.root
-    args = parse("store", "gc", "--keep-lock", str(lock), "--store", str(root), "--dry-run")
+    args = parse_cli("store", "gc", "--keep-lock", str(lock), "--store", str(root), "--dry-run")
     assert args.grace is None
     assert run_store(args) == 0
     assert capsys.readouterr().out == (
@@ -352,7 +342,7 @@ def test_cli_gc(stale_store: DiskStore, lock: Path, capsys: pytest.CaptureFixtur
         "summary: would remove 0 blobs and 1 temp file, would free 12 B; kept 1 blob used by "
         "1 lock, and 1 blob and 0 temp files newer than the grace period (1 h)\n"
     )
-    args = parse("store", "gc", "--keep-lock", str(lock), "--store", str(root), "--grace", "0")
+    args = parse_cli("store", "gc", "--keep-lock", str(lock), "--store", str(root), "--grace", "0")
     assert run_store(args) == 0
     unused = digest_bytes(UNUSED)
     assert capsys.readouterr().out == (
@@ -365,17 +355,18 @@ def test_cli_gc(stale_store: DiskStore, lock: Path, capsys: pytest.CaptureFixtur
 
 def test_cli_gc_keep_lock_takes_several_and_is_required(lock: Path, tmp_path: Path) -> None:
     other = tmp_path / "other.lock.toml"
-    args = parse("store", "gc", "--keep-lock", str(lock), str(other), "--keep-lock", "x")
+    args = parse_cli("store", "gc", "--keep-lock", str(lock), str(other), "--keep-lock", "x")
     assert args.keep_lock == [lock, other, Path("x")]
     with pytest.raises(SystemExit):
-        parse("store", "gc")
+        parse_cli("store", "gc")
 
 
 def test_cli_gc_without_a_store_has_nothing_to_do(
     lock: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     nowhere = tmp_path / "nowhere"
-    assert run_store(parse("store", "gc", "--keep-lock", str(lock), "--store", str(nowhere))) == 0
+    args = parse_cli("store", "gc", "--keep-lock", str(lock), "--store", str(nowhere))
+    assert run_store(args) == 0
     assert capsys.readouterr().out == (
         f"fetchproxy store gc: {nowhere}: no store here, nothing to collect\n"
     )
@@ -388,13 +379,13 @@ def test_cli_gc_store_defaults_to_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("FETCHPROXY_STORE", str(stale_store.root))
-    assert run_store(parse("store", "gc", "--keep-lock", str(lock), "--grace", "2h")) == 0
+    assert run_store(parse_cli("store", "gc", "--keep-lock", str(lock), "--grace", "2h")) == 0
     assert capsys.readouterr().out.startswith(f"fetchproxy store gc: {stale_store.root}\n")
 
 
 def test_cli_grace_units(lock: Path) -> None:
     grace = [
-        parse("store", "gc", "--keep-lock", str(lock), "--grace", text).grace
+        parse_cli("store", "gc", "--keep-lock", str(lock), "--grace", text).grace
         for text in ("90", "90s", "30m", "1.5h", "7d")
     ]
     assert grace == [90, 90, 1800, 5400, 7 * 86400]
@@ -402,7 +393,7 @@ def test_cli_grace_units(lock: Path) -> None:
 
 def test_cli_bad_grace(lock: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        parse("store", "gc", "--keep-lock", str(lock), "--grace", "soon")
+        parse_cli("store", "gc", "--keep-lock", str(lock), "--grace", "soon")
     assert capsys.readouterr().err.endswith(
         "argument --grace: 'soon' is not a duration: give seconds (3600) or a number with "
         "s, m, h or d (2h)\n"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import http.server
-import os
 import subprocess
 import threading
 import zlib
@@ -18,6 +17,7 @@ from hypothesis import strategies as st
 
 from fetchproxy import gitbody
 from fetchproxy.gitbody import canonical_body
+from tests.real_origins import OriginRequest, git_env, git_http_backend
 
 PROPERTIES = settings(derandomize=True, max_examples=200, deadline=None)
 PATH = "/org/repo.git/git-upload-pack"
@@ -335,44 +335,28 @@ class GitServer:
     bodies: list[bytes] = field(default_factory=list)
 
 
-def _git_env(home: Path, **extra: str) -> dict[str, str]:
-    return {"PATH": os.environ["PATH"], "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", **extra}
-
-
 def _serve_cgi(handler: http.server.BaseHTTPRequestHandler, root: Path, request: bytes) -> None:
-    path, _, query = handler.path.partition("?")
-    env = _git_env(
-        root,
-        GIT_PROJECT_ROOT=str(root),
-        GIT_HTTP_EXPORT_ALL="1",
-        PATH_INFO=path,
-        QUERY_STRING=query,
-        REQUEST_METHOD=handler.command,
-        CONTENT_TYPE=handler.headers.get("Content-Type", ""),
-        CONTENT_LENGTH=str(len(request)),
-        HTTP_CONTENT_ENCODING=handler.headers.get("Content-Encoding", ""),
-        HTTP_GIT_PROTOCOL=handler.headers.get("Git-Protocol", ""),
+    reply = git_http_backend(root)(
+        OriginRequest(
+            method=handler.command,
+            target=handler.path,
+            headers=tuple((k.lower(), v) for k, v in handler.headers.items()),
+            body=request,
+        )
     )
-    output = subprocess.run(
-        ["git", "http-backend"], input=request, env=env, capture_output=True, check=True
-    ).stdout
-    head, _, payload = output.partition(b"\r\n\r\n")
-    headers = [line.split(": ", 1) for line in head.decode().split("\r\n")]
-    status = next((int(v.split()[0]) for k, v in headers if k == "Status"), 200)
-    handler.send_response(status)
-    for name, value in headers:
-        if name != "Status":
-            handler.send_header(name, value)
-    handler.send_header("Content-Length", str(len(payload)))
+    handler.send_response(reply.status)
+    for name, value in reply.headers:
+        handler.send_header(name, value)
+    handler.send_header("Content-Length", str(len(reply.body)))
     handler.end_headers()
-    handler.wfile.write(payload)
+    handler.wfile.write(reply.body)
 
 
 def _fast_import(repository: Path, stream: str) -> None:
     subprocess.run(
         ["git", "-C", str(repository), "fast-import", "--quiet"],
         input=stream.encode(),
-        env=_git_env(repository),
+        env=git_env(repository),
         check=True,
     )
 
@@ -388,7 +372,7 @@ def _commit(ref: str, content: str, parent: str | None = None) -> str:
 def git_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitServer]:
     root = tmp_path_factory.mktemp("git-server")
     repository = root / "repo.git"
-    env = _git_env(root)
+    env = git_env(root)
     subprocess.run(["git", "init", "-q", "--bare", str(repository)], env=env, check=True)
     subprocess.run(
         ["git", "-C", str(repository), "config", "transfer.advertiseSID", "true"],
@@ -446,7 +430,7 @@ def _git(server: GitServer, variant: str, protocol: str, cwd: Path, *args: str) 
     subprocess.run(
         [*_GIT, "-c", f"protocol.version={protocol}", args[0], *progress, *args[1:]],
         cwd=cwd,
-        env=_git_env(cwd, **extra),
+        env=git_env(cwd, **extra),
         check=True,
         capture_output=True,
     )

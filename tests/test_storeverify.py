@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import errno
 import os
 from pathlib import Path
 
 import pytest
 
-from fetchproxy.cli_lock_store import (
-    NoStoreError,
-    add_lock_diff_parser,
-    add_store_parser,
-    run_store,
-)
+from fetchproxy.cli_lock_store import NoStoreError, run_store
 from fetchproxy.digest import Digest, digest_bytes, hex_of
 from fetchproxy.store import DiskStore, MissingBlobError, StoreError
 from fetchproxy.storeverify import verify_store
+from tests.conftest import parse_cli
 
 GOOD = b"a good body"
 BAD = b"a body the disk will damage" * 40  # 1,080 bytes
@@ -32,16 +27,6 @@ def damage(store: DiskStore, digest: Digest) -> None:
     path.chmod(0o444)
 
 
-def parse(*argv: str) -> argparse.Namespace:
-    """Arguments as `fetchproxy` parses them, with the store parsers wired in."""
-    parser = argparse.ArgumentParser(prog="fetchproxy")
-    commands = parser.add_subparsers(dest="command", required=True)
-    lock = commands.add_parser("lock")
-    add_lock_diff_parser(lock.add_subparsers(dest="lock_command", required=True))
-    add_store_parser(commands)
-    return parser.parse_args(argv)
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> DiskStore:
     store = DiskStore(tmp_path / "store")
@@ -51,7 +36,7 @@ def store(tmp_path: Path) -> DiskStore:
 
 
 def verify(store: DiskStore, *options: str) -> int:
-    return run_store(parse("store", "verify", "--store", str(store.root), *options))
+    return run_store(parse_cli("store", "verify", "--store", str(store.root), *options))
 
 
 def test_a_clean_store(store: DiskStore, capsys: pytest.CaptureFixture[str]) -> None:
@@ -177,7 +162,7 @@ def test_a_good_copy_published_before_the_move_is_put_back(
 def test_no_store(tmp_path: Path) -> None:
     nowhere = tmp_path / "nowhere"
     with pytest.raises(NoStoreError) as caught:
-        run_store(parse("store", "verify", "--store", str(nowhere)))
+        run_store(parse_cli("store", "verify", "--store", str(nowhere)))
     assert str(caught.value) == (
         f"{nowhere}: no store here — pass --store DIR or set FETCHPROXY_STORE "
         "(a store is created by the first `fetchproxy record`)"
@@ -187,5 +172,5 @@ def test_no_store(tmp_path: Path) -> None:
 
 def test_an_empty_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "empty").mkdir()
-    assert run_store(parse("store", "verify", "--store", str(tmp_path / "empty"))) == 0
+    assert run_store(parse_cli("store", "verify", "--store", str(tmp_path / "empty"))) == 0
     assert capsys.readouterr().out.endswith("summary: 0 blobs checked (0 B), all intact\n")

@@ -29,10 +29,9 @@ from fetchproxy.recording import (
 )
 from fetchproxy.store import (
     BlobWriter,
-    DiskStore,
     Store,
     StoreError,
-    default_store_path,
+    open_store,
 )
 
 logger = logging.getLogger("fetchproxy.record")
@@ -124,8 +123,7 @@ class Record:
             self.events.close()
             self.events = EventLog(log_path)
         if "record_store" in updated and self._given_store is None:
-            root = ctx.options.record_store
-            self.store = DiskStore(Path(root) if root else default_store_path())
+            self.store = open_store(ctx.options.record_store)
         if updated & {"record_lock", "record_keep"}:
             self.keep = bool(ctx.options.record_keep)
             self.previous = self._previous_lock()

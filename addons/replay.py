@@ -27,16 +27,14 @@ from fetchproxy.replaying import (
     INVALID_REQUEST,
     NOT_HTTP,
     NOT_IN_LOCK,
-    STORE_ERROR,
+    invalid_request,
     refusal,
-    refusal_text,
+    store_refusal,
 )
 from fetchproxy.store import (
-    CorruptBlobError,
-    DiskStore,
     Store,
     StoreError,
-    default_store_path,
+    open_store,
 )
 
 logger = logging.getLogger("fetchproxy.replay")
@@ -74,8 +72,7 @@ class Replay:
     def configure(self, updated: set[str]) -> None:
         book = self.book
         if "replay_store" in updated and self._given_store is None:
-            root = ctx.options.replay_store
-            self.store = DiskStore(Path(root) if root else default_store_path())
+            self.store = open_store(ctx.options.replay_store)
         if "replay_lock" in updated:
             book.lock_path = Path(ctx.options.replay_lock)
             try:
@@ -105,9 +102,8 @@ class Replay:
         try:
             key = flows.request_key(flow, self.secret_params)
         except (InvalidURLError, ValueError) as exc:
-            flow.response = http.Response.make(
-                400, f"fetchproxy: refused: {exc}\n", {"content-type": "text/plain"}
-            )
+            refused = invalid_request(str(exc))
+            flow.response = flows.response_from(flow, refused.answer, refused.text)
             self.book.refuse_other(INVALID_REQUEST, error=str(exc))
             return
         if flow.request.headers.get("upgrade", "").lower() == "websocket":
@@ -122,8 +118,8 @@ class Replay:
             body_bytes = await self.answers.answer(flow, fetch)
         except StoreError as exc:  # corrupt, or not the size the lock says
             logger.error("%s", exc)
-            reason = CORRUPT_BLOB if isinstance(exc, CorruptBlobError) else STORE_ERROR
-            self._refuse(flow, key, reason=reason, status=502)
+            reason, status = store_refusal(exc)
+            self._refuse(flow, key, reason=reason, status=status)
             return
         flow.metadata[_BODY_BYTES] = body_bytes
         self.book.served(key, body_bytes)
@@ -131,11 +127,8 @@ class Replay:
     def _refuse(
         self, flow: http.HTTPFlow, key: RequestKey, *, reason: str, status: int = 403
     ) -> None:
-        lock_name = str(self.book.lock_path)
-        answer = refusal(key, lock_name=lock_name, reason=reason, status=status)
-        flow.response = flows.response_from(
-            flow, answer, refusal_text(key, lock_name=lock_name, reason=reason).encode()
-        )
+        refused = refusal(key, lock_name=str(self.book.lock_path), reason=reason, status=status)
+        flow.response = flows.response_from(flow, refused.answer, refused.text)
         self.book.refuse(key, reason=reason)
 
     # -------------------------------------------------------------------------------- responses

@@ -15,6 +15,7 @@ from pathlib import Path
 from fetchproxy.cli_lock_store import (
     DEFAULT_LOCK_HELP,
     add_lock_diff_parser,
+    add_store_option,
     add_store_parser,
     default_lock,
 )
@@ -64,19 +65,9 @@ def _add_lock(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_store(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--store",
-        type=Path,
-        default=None,
-        help="the content-addressed store "
-        "(default: $FETCHPROXY_STORE, else $XDG_CACHE_HOME/fetchproxy/store)",
-    )
-
-
 def _add_proxy_options(parser: argparse.ArgumentParser, *, record: bool) -> None:
     _add_lock(parser)
-    _add_store(parser)
+    add_store_option(parser)
     parser.add_argument(
         "--log", type=Path, default=None, help="JSON-lines event log (default: beside the lock)"
     )
@@ -180,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         "verify", help="check that every entry's body is in the store and intact"
     )
     _add_lock(verify)
-    _add_store(verify)
+    add_store_option(verify)
     fmt = lock_commands.add_parser(
         "fmt", help="rewrite a lock in canonical form (e.g. after a merge)"
     )

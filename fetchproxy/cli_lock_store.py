@@ -123,7 +123,7 @@ def add_store_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
         metavar="SECONDS",
         help="keep anything written more recently than this (default 1 h; also 30m, 2h, 7d)",
     )
-    _add_store_option(gc)
+    add_store_option(gc)
     verify = commands.add_parser(
         "verify", help="rehash every blob in the store; report (and --repair) corrupt ones"
     )
@@ -132,10 +132,11 @@ def add_store_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="move corrupt blobs aside into STORE/corrupt/ so the next record fetches them again",
     )
-    _add_store_option(verify)
+    add_store_option(verify)
 
 
-def _add_store_option(parser: argparse.ArgumentParser) -> None:
+def add_store_option(parser: argparse.ArgumentParser) -> None:
+    """``--store DIR``, for every command that reads or writes the store."""
     parser.add_argument(
         "--store",
         type=Path,
@@ -235,20 +236,11 @@ def _git_label(path: str, file: str, hex_digest: str) -> str:
 def _load_labelled(path: Path, label: str) -> Lock:
     """Read a lock from ``path`` (a temp file of git's); errors name ``label`` instead."""
     from fetchproxy.lock import Lock  # noqa: PLC0415
-    from fetchproxy.lockfile import LockFileError, parse_lock  # noqa: PLC0415
+    from fetchproxy.lockfile import load_lock  # noqa: PLC0415
 
     if str(path) == os.devnull:
         return Lock()
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise LockFileError(label, None, f"cannot read the lock: {exc.strerror}") from None
-    try:
-        text = raw.decode()
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise LockFileError(label, line, "not UTF-8 text") from None
-    return parse_lock(text, path=label, require_sorted=False)
+    return load_lock(path, require_sorted=False, name=label)
 
 
 def _text_diff(error: LockFileError, old: tuple[str, str], new: tuple[str, str]) -> str:
@@ -297,10 +289,10 @@ def run_lock_show(args: argparse.Namespace) -> int:
 def run_store(args: argparse.Namespace) -> int:
     """``fetchproxy store gc`` (0) and ``store verify`` (0 intact, 1 corrupt)."""
     from fetchproxy import gc, storeverify  # noqa: PLC0415
-    from fetchproxy.store import DiskStore, default_store_path  # noqa: PLC0415
+    from fetchproxy.store import open_store  # noqa: PLC0415
 
-    root: Path = args.store if args.store is not None else default_store_path()
-    store = DiskStore(root)
+    store = open_store(args.store)
+    root = store.root
     if args.store_command == "gc":
         keep = gc.referenced_digests(args.keep_lock)  # before anything else: bad locks stop gc
         if not root.is_dir():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from fetchproxy.ca import ensure_persistent_ca, persistent_ca_dir
 from fetchproxy.config import config_path_for, load_config
@@ -12,15 +11,11 @@ from fetchproxy.errors import FetchproxyError
 from fetchproxy.journal import journal_path, read_journal
 from fetchproxy.lock import DuplicateFetchError, Lock
 from fetchproxy.lockfile import load_lock, write_lock
-from fetchproxy.store import CorruptBlobError, DiskStore, MissingBlobError, default_store_path
+from fetchproxy.store import CorruptBlobError, MissingBlobError, open_store
 
 
 class UsageError(FetchproxyError, ValueError):
     """The command line asks for something that cannot be done."""
-
-
-def open_store(path: Path | None) -> DiskStore:
-    return DiskStore(path if path is not None else default_store_path())
 
 
 def serve(args: argparse.Namespace) -> int:

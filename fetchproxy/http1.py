@@ -242,7 +242,8 @@ def request_url(
 
     The rule of mitmproxy's ``pretty_url``, which the recorder keys on: a ``Host`` header names
     host and port (the scheme's default port when it has none); without one, the tunnel's
-    (inside ``CONNECT``) or the absolute target's. Raises :class:`HTTPParseError`.
+    (inside ``CONNECT``) or the absolute target's. The default port is left out, as mitmproxy
+    does, so both engines name a URL alike. Raises :class:`HTTPParseError`.
     """
     target = head.target
     if target.startswith("/"):
@@ -275,7 +276,9 @@ def request_url(
         named, named_port = split_authority(host_header.strip())
         host, port = named or host, named_port or _default_port(scheme)
     shown = f"[{host}]" if ":" in host else host
-    return f"{scheme}://{shown}:{port}{path}", path
+    if port != _default_port(scheme):
+        shown += f":{port}"
+    return f"{scheme}://{shown}{path}", path
 
 
 def _default_port(scheme: str) -> int:

@@ -131,13 +131,14 @@ class _NotCanonicalError(Exception):
     """The fast path met something outside the canonical subset; tomllib takes over."""
 
 
-def load_lock(path: Path, *, require_sorted: bool = True) -> Lock:
+def load_lock(path: Path, *, require_sorted: bool = True, name: str | None = None) -> Lock:
     """Read and validate the lock at ``path``.
 
-    Every problem raises :class:`LockFileError` naming the file, line and field.
-    With ``require_sorted=False`` entries may be in any order (for `lock fmt`).
+    Every problem raises :class:`LockFileError` naming the file (``name``, if given: a git
+    revision for a temp file of git's), line and field. With ``require_sorted=False`` entries
+    may be in any order (for `lock fmt`).
     """
-    display = str(path)
+    display = str(path) if name is None else name
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fetchproxy.lock import Fetch, Lock
 from fetchproxy.normalize import RequestKey
 from fetchproxy.ranges import ByteRange, Unsatisfiable, parse_range
+from fetchproxy.store import CorruptBlobError, StoreError
 
 REFUSED_HEADER = "x-fetchproxy-refused"
 NOT_IN_LOCK = "not-in-lock"
@@ -68,20 +69,39 @@ def answer_for(fetch: Fetch, *, method: str, range_header: str | None) -> Answer
     return Answer(fetch.status, tuple(headers), None)
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """What a refused request gets: the answer (status and headers) and its one-line body."""
+
+    answer: Answer
+    text: bytes
+
+
 def refusal(
     key: RequestKey, *, lock_name: str, reason: str = NOT_IN_LOCK, status: int = 403
-) -> Answer:
-    """The 403 a build sees for a request the lock does not hold (502 for a corrupt blob)."""
-    body = refusal_text(key, lock_name=lock_name, reason=reason).encode()
-    return Answer(
-        status,
-        (
-            (REFUSED_HEADER, reason),
-            ("content-type", "text/plain; charset=utf-8"),
-            ("content-length", str(len(body))),
-        ),
-        None,
+) -> Refusal:
+    """The 403 a build sees for a request the lock does not hold (502 for a bad blob)."""
+    return _refusal(status, reason, refusal_text(key, lock_name=lock_name, reason=reason))
+
+
+def invalid_request(problem: str) -> Refusal:
+    """The 400 for a request replay cannot key: its URL is not one a lock can name."""
+    return _refusal(400, INVALID_REQUEST, f"fetchproxy: refused: {problem}\n")
+
+
+def store_refusal(exc: StoreError) -> tuple[str, int]:
+    """The reason and status for a hit whose blob the store cannot serve: never its bytes."""
+    return (CORRUPT_BLOB if isinstance(exc, CorruptBlobError) else STORE_ERROR), 502
+
+
+def _refusal(status: int, reason: str, text: str) -> Refusal:
+    body = text.encode()
+    headers = (
+        (REFUSED_HEADER, reason),
+        ("content-type", "text/plain; charset=utf-8"),
+        ("content-length", str(len(body))),
     )
+    return Refusal(Answer(status, headers, None), body)
 
 
 def refusal_text(key: RequestKey, *, lock_name: str, reason: str = NOT_IN_LOCK) -> str:

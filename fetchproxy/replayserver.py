@@ -55,14 +55,14 @@ from fetchproxy.replaying import (
     INVALID_REQUEST,
     NOT_HTTP,
     NOT_IN_LOCK,
-    STORE_ERROR,
     Answer,
     answer_for,
+    invalid_request,
     refusal,
-    refusal_text,
+    store_refusal,
 )
 from fetchproxy.settings import admitted
-from fetchproxy.store import CorruptBlobError, StoreError
+from fetchproxy.store import StoreError
 from fetchproxy.verifiedblobs import SMALL_BODY, VerifiedBlobs, blob_range
 
 logger = logging.getLogger("fetchproxy.replay")
@@ -530,17 +530,9 @@ class _Connection(asyncio.Protocol):
         try:
             known = server.key_of(head, self._scheme, self._tunnel, body)
         except (HTTPParseError, InvalidURLError, ValueError) as exc:
-            text = f"fetchproxy: refused: {exc}\n".encode()
-            answer = Answer(
-                400,
-                (
-                    ("content-type", "text/plain; charset=utf-8"),
-                    ("content-length", str(len(text))),
-                ),
-                None,
-            )
+            refused = invalid_request(str(exc))
             server.book.refuse_other(INVALID_REQUEST, error=str(exc))
-            self._write_answer(head, answer, text)
+            self._write_answer(head, refused.answer, refused.text)
             return
         key, fetch = known.key, known.fetch
         if (head.get("upgrade") or "").lower() == "websocket":
@@ -591,12 +583,9 @@ class _Connection(asyncio.Protocol):
         self._state = "tunnel"  # _process hands on whatever followed in the same read
 
     def _refuse(self, head: RequestHead, key: RequestKey, reason: str, status: int = 403) -> None:
-        lock_name = self.server.lock_name
-        answer = refusal(key, lock_name=lock_name, reason=reason, status=status)
+        refused = refusal(key, lock_name=self.server.lock_name, reason=reason, status=status)
         self.server.book.refuse(key, reason=reason)
-        self._write_answer(
-            head, answer, refusal_text(key, lock_name=lock_name, reason=reason).encode()
-        )
+        self._write_answer(head, refused.answer, refused.text)
 
     def _write_answer(
         self, head: RequestHead, answer: Answer, body: bytes, *, served: RequestKey | None = None
@@ -650,8 +639,7 @@ class _Connection(asyncio.Protocol):
                 body = None
         except StoreError as exc:
             logger.error("%s", exc)
-            reason = CORRUPT_BLOB if isinstance(exc, CorruptBlobError) else STORE_ERROR
-            self._refuse(head, key, reason, status=502)
+            self._refuse(head, key, *store_refusal(exc))
             return
         answer = answer_for(fetch, method=head.method, range_header=range_header)
         if body is not None or not answer.send_body or head.method == "HEAD":

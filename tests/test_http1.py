@@ -164,7 +164,7 @@ def test_the_url_of_a_request_in_a_tunnel_takes_the_tunnel_port_and_the_host_hea
 def test_the_url_of_a_proxy_request_is_its_absolute_target() -> None:
     absolute = head(target="http://files.example/p?q")
     assert request_url(absolute, scheme="http", tunnel=None) == (
-        "http://files.example:80/p?q",
+        "http://files.example/p?q",
         "/p?q",
     )
     bare = head(target="http://user@files.example:8080?q")
@@ -231,13 +231,13 @@ def test_messages_never_quote_a_query_or_a_header_value() -> None:
 def test_the_host_header_names_host_and_port_as_mitmproxy_pretty_url_does() -> None:
     tunnel = ("files.example", 8443)
     assert request_url(head(("Host", "files.example")), scheme="https", tunnel=tunnel)[0] == (
-        "https://files.example:443/a"
+        "https://files.example/a"  # the default port, not the tunnel's 8443; left out
     )
     assert request_url(head(("Host", "files.example:9999")), scheme="https", tunnel=tunnel)[0] == (
         "https://files.example:9999/a"
     )
     absolute = head(("Host", "other.example"), target="http://files.example:8080/a")
-    assert request_url(absolute, scheme="http", tunnel=None)[0] == "http://other.example:80/a"
+    assert request_url(absolute, scheme="http", tunnel=None)[0] == "http://other.example/a"
 
 
 def test_request_bodies_are_decoded_by_mitmproxy_s_rules() -> None:

@@ -12,6 +12,7 @@ import resource
 import shutil
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urljoin
 
 import blake3
@@ -308,8 +309,9 @@ def test_no_secret_reaches_the_lock_the_logs_the_journal_or_the_store(
     paths = rig.paths
     journal = journal_path(paths.lock)
 
-    def leaks() -> list[str]:
-        found = []
+    def leaks(*expected: Path) -> list[str]:
+        """Secrets in any file or output so far; ``expected`` files (and a blob) must be read."""
+        found, read = [], set()
         for path in files_under(paths.lock.parent):
             if path.parent == paths.confdir or rig.tmp in path.parents:
                 continue  # our CA; the clients' own downloads
@@ -317,7 +319,11 @@ def test_no_secret_reaches_the_lock_the_logs_the_journal_or_the_store(
                 data = path.read_bytes()
             except FileNotFoundError:
                 continue  # a store temp file committed meanwhile: its blob is read instead
+            read.add(path)
             found += [f"{path}: {secret}" for secret in secrets if secret.encode() in data]
+        found += [f"{path}: never read" for path in expected if path not in read]
+        if not any(paths.store / "blake3" in path.parents for path in read):
+            found.append(f"{paths.store}: no blob read")
         out, err = capfd.readouterr()
         found += [f"output: {s}" for s in secrets if s in out + err + caplog.text]
         return found
@@ -326,11 +332,10 @@ def test_no_secret_reaches_the_lock_the_logs_the_journal_or_the_store(
     assert rig.get(recorder, target, headers=headers).body == SECRET_BODY
     assert rig.curl(recorder, target, "--header", f"Authorization: {SECRET_AUTH}").status == 200
     assert rig.get(recorder, target + "&x=1", headers={"Authorization": "Basic eA=="}).status == 401
-    assert journal.exists()
-    assert leaks() == []
+    assert leaks(journal, paths.log) == []
     recorder.stop()
     assert len(load_lock(paths.lock)) == 2
-    assert leaks() == []
+    assert leaks(paths.lock, paths.log) == []
 
     rig.origin.reset()
     replayer = rig.start("replay")
@@ -349,7 +354,7 @@ def test_no_secret_reaches_the_lock_the_logs_the_journal_or_the_store(
     replayer.stop()
     assert rig.origin.connections == 0
     assert len(read_events(paths.log)) == 1
-    assert leaks() == []
+    assert leaks(paths.lock, paths.log) == []
 
 
 @REPLAY_ENGINES

@@ -281,3 +281,23 @@ def raw_tcp_through(proxy: ProxyThread, port: int) -> bytes:
         while chunk := sock.recv(1000):
             received += chunk
         return received
+
+
+@REPLAY_ENGINES
+def test_a_request_that_cannot_be_keyed_is_refused_alike_by_both_engines(rig: Rig) -> None:
+    record(rig, "/small.txt")
+    replayer = rig.start("replay")
+    got = rig.get(replayer, "http://1.2.3.999/file")  # mitmproxy takes it; no key can name it
+    assert got.status == 400
+    assert got.header(REFUSED) == "invalid-request"
+    assert got.header("content-type") == "text/plain; charset=utf-8"
+    assert got.body == (
+        b"fetchproxy: refused: invalid URL 'http://1.2.3.999/file': "
+        b"'1.2.3.999' is not a valid IPv4 address\n"
+    )
+    assert got.header("content-length") == str(len(got.body))
+    assert replayer.stop() == 0
+    assert replayer.replay.stats.refused == 1
+    events = read_events(rig.paths.log)
+    assert [(e["event"], e["reason"]) for e in events] == [("refused", "invalid-request")]
+    assert rig.origin.connections == 0

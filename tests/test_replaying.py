@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from fetchproxy.digest import digest_bytes
+from fetchproxy.digest import Digest, digest_bytes
 from fetchproxy.lock import Fetch, Lock
 from fetchproxy.normalize import RequestKey
 from fetchproxy.ranges import ByteRange
-from fetchproxy.replaying import answer_for, nearest, refusal, refusal_text
+from fetchproxy.replaying import (
+    answer_for,
+    invalid_request,
+    nearest,
+    refusal,
+    refusal_text,
+    store_refusal,
+)
+from fetchproxy.store import CorruptBlobError, StoreError
 
 D = digest_bytes(b"0123456789")
 
@@ -63,14 +71,31 @@ def test_unsatisfiable_range_is_416_and_range_on_a_redirect_is_ignored() -> None
 
 def test_refusal_names_method_url_and_lock() -> None:
     key = RequestKey(method="GET", url="https://example.org/new")
-    answer = refusal(key, lock_name="app.lock.toml")
-    text = refusal_text(key, lock_name="app.lock.toml")
-    assert (
-        text == "fetchproxy: refused GET https://example.org/new: not in the lock app.lock.toml\n"
-    )
-    assert answer.status == 403
-    assert ("x-fetchproxy-refused", "not-in-lock") in answer.headers
-    assert ("content-length", str(len(text))) in answer.headers
+    refused = refusal(key, lock_name="app.lock.toml")
+    text = b"fetchproxy: refused GET https://example.org/new: not in the lock app.lock.toml\n"
+    assert refused.text == text
+    assert refused.text.decode() == refusal_text(key, lock_name="app.lock.toml")
+    assert refused.answer.status == 403
+    assert ("x-fetchproxy-refused", "not-in-lock") in refused.answer.headers
+    assert ("content-length", str(len(text))) in refused.answer.headers
+
+
+def test_an_invalid_request_is_a_400_refusal_with_its_reason() -> None:
+    refused = invalid_request("bad port in 'http://a:x/'")
+    assert refused.answer.status == 400
+    assert refused.text == b"fetchproxy: refused: bad port in 'http://a:x/'\n"
+    assert dict(refused.answer.headers) == {
+        "x-fetchproxy-refused": "invalid-request",
+        "content-type": "text/plain; charset=utf-8",
+        "content-length": str(len(refused.text)),
+    }
+
+
+def test_a_blob_the_store_cannot_serve_is_a_502_naming_why() -> None:
+    digest = Digest("blake3:" + "0" * 64)
+    rotted = CorruptBlobError("rotted", expected=digest, actual=digest, path=None)
+    assert store_refusal(rotted) == ("corrupt-blob", 502)
+    assert store_refusal(StoreError("wrong size")) == ("store-error", 502)
 
 
 def test_nearest_is_the_longest_shared_prefix_on_the_same_host() -> None:

@@ -21,7 +21,7 @@ from fetchproxy.store.base import (
     Store,
     StoreError,
 )
-from fetchproxy.store.disk import DiskBlobWriter, DiskStore, TempFile
+from fetchproxy.store.disk import DiskBlobWriter, DiskStore, TempFile, open_store
 from fetchproxy.store.layout import default_store_path
 from fetchproxy.store.memory import MemoryBlobWriter, MemoryStore
 
@@ -38,4 +38,5 @@ __all__ = [
     "StoreError",
     "TempFile",
     "default_store_path",
+    "open_store",
 ]

@@ -38,6 +38,7 @@ from fetchproxy.store.layout import (
     TEMP_DIR,
     TEMP_SUFFIX,
     blob_relpath,
+    default_store_path,
     digest_of_entry,
     is_shard_name,
     is_temp_name,
@@ -206,6 +207,11 @@ def _sorted_names(directory: Path) -> list[str]:
         return sorted(entry.name for entry in directory.iterdir())
     except (FileNotFoundError, NotADirectoryError):
         return []
+
+
+def open_store(root: Path | str | None) -> DiskStore:
+    """The store at ``root`` (``--store``, an option); None or empty: the default one."""
+    return DiskStore(Path(root) if root else default_store_path())
 
 
 class DiskBlobWriter(BlobWriter):

@@ -144,11 +144,18 @@ def make_rig(
 
 
 def start_fetchproxy(
-    services: Services, rig: Rig, name: str, mode: str, *, http2: bool = False
+    services: Services,
+    rig: Rig,
+    name: str,
+    mode: str,
+    *,
+    http2: bool = False,
+    source: Path | None = None,
 ) -> Service:
     """``fetchproxy serve``: replay serves the fixture; record writes a lock of its own.
 
-    ``http2``: with ``--http2`` (HTTP/2 to clients; replay then runs on mitmproxy).
+    ``http2``: with ``--http2`` (HTTP/2 to clients; replay then runs on mitmproxy);
+    ``source``: the fetchproxy of that source tree.
     """
     if mode == "replay":
         lock, store = rig.recorded / LOCK_NAME, rig.recorded / "store"
@@ -163,6 +170,7 @@ def start_fetchproxy(
         upstream_ca=rig.pki.ca_cert,
         data_home=rig.data_home,
         http2=http2,
+        source=source,
     )
 
 

@@ -237,13 +237,17 @@ http {{
         upstream_ca: Path,
         data_home: Path,
         http2: bool = False,
+        source: Path | None = None,
     ) -> Service:
         """``fetchproxy serve MODE --listen 127.0.0.1:0``, its CA under ``data_home``.
 
-        ``http2`` adds ``--http2`` (replay then runs on mitmproxy instead of the direct server).
+        ``http2`` adds ``--http2`` (replay then runs on mitmproxy instead of the direct server);
+        ``source`` runs the fetchproxy of that source tree (a checkout) instead of this one.
         """
         env = clean_env()
         env["XDG_DATA_HOME"] = str(data_home)
+        if source is not None:
+            env["PYTHONPATH"] = str(source)
         argv = [sys.executable, "-m", "fetchproxy", "serve", mode, "--listen", f"{LOOPBACK}:0"]
         argv += ["--lock", str(lock), "--store", str(store), "--log", str(lock) + ".events"]
         argv += ["--upstream-ca", str(upstream_ca), *(["--http2"] if http2 else [])]

@@ -12,6 +12,9 @@ connection of its own. Non-HTTP traffic inside a tunnel and websocket upgrades a
 Per request it costs tens of microseconds instead of mitmproxy's millisecond. It offers only
 HTTP/1.1 (ALPN); replay with ``--http2`` runs the mitmproxy addon instead.
 
+A connection on which nothing moved for ``IDLE_TIMEOUT`` (mitmproxy's own ten minutes) while
+it waits for the client is closed, so a long-running ``serve replay`` does not collect them.
+
 Small verified bodies are answered synchronously from memory; first uses (verification), large
 bodies (streamed from the store with the connection's flow control, the last chunk withheld
 until the blob's digest checks out) and request bodies still arriving take the slow path.
@@ -83,6 +86,10 @@ _TLS_HANDSHAKE = 0x16
 _DISTRUST_ALERTS = ("unknown ca", "bad certificate", "certificate unknown")
 """TLS alerts a client sends when it does not trust the certificate it was shown."""
 _CONNECTED = b"HTTP/1.1 200 Connection established\r\n\r\n"
+IDLE_TIMEOUT = 600.0
+"""Seconds a connection may wait for its client with no byte moving (mitmproxy's TCP_TIMEOUT)."""
+_IDLE_CHECKS = 10
+"""Sweeps per ``IDLE_TIMEOUT``: a quiet connection closes up to a tenth after the timeout."""
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
@@ -97,6 +104,7 @@ class ReplayServer:
         *,
         secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS,
         only_client_ports: set[int] | None = None,
+        idle_timeout: float | None = None,
     ) -> None:
         self.book = book
         self.blobs = blobs
@@ -110,6 +118,8 @@ class ReplayServer:
         self._keys: dict[tuple[str, ...], _Known] = {}
         self._prepared_bytes = 0
         self._key_bytes = 0
+        self.idle_timeout = IDLE_TIMEOUT if idle_timeout is None else idle_timeout
+        self._sweeper: asyncio.TimerHandle | None = None
 
     async def start(self, host: str, port: int, sock: socket.socket | None = None) -> list[Address]:
         """Listen on ``host:port``, or on the listening socket ``sock`` (then owned here)."""
@@ -118,6 +128,7 @@ class ReplayServer:
             self._server = await loop.create_server(lambda: _Connection(self), sock=sock)
         else:
             self._server = await loop.create_server(lambda: _Connection(self), host, port)
+        self._sweeper = loop.call_later(self.idle_timeout / _IDLE_CHECKS, self._sweep)
         return [(str(s.getsockname()[0]), int(s.getsockname()[1])) for s in self._server.sockets]
 
     async def stop(self) -> None:
@@ -125,6 +136,8 @@ class ReplayServer:
         server, self._server = self._server, None
         if server is not None:
             server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for connection in list(self.connections):
             connection.abort()
         tasks = [c.task for c in self.connections if c.task is not None]
@@ -134,6 +147,13 @@ class ReplayServer:
         if server is not None:
             with suppress(Exception):
                 await server.wait_closed()
+
+    def _sweep(self) -> None:
+        """Close the connections that waited for their client for ``idle_timeout``."""
+        for connection in list(self.connections):
+            connection.check_idle()
+        loop = asyncio.get_running_loop()
+        self._sweeper = loop.call_later(self.idle_timeout / _IDLE_CHECKS, self._sweep)
 
     def admit(self, peer: object) -> bool:
         """The client gate of the user sandbox: only the relay's source ports are served."""
@@ -255,6 +275,10 @@ class _Connection(asyncio.Protocol):
         self._answered = 0
         self._peer_done = False
         """The client will send no more (EOF, or TLS close_notify): close once answered."""
+        self._moved = 0
+        """Reads and writes so far: the idle sweep's sign of life (cheaper than a clock)."""
+        self._moved_seen = 0
+        self._quiet_sweeps = 0
 
     # ---------------------------------------------------------------------------- transport
 
@@ -294,7 +318,25 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
+    def check_idle(self) -> None:
+        """One idle sweep: close after ``_IDLE_CHECKS`` in a row without a byte moving while
+        the connection waited for its client (to send a request, or to read an answer)."""
+        if self._moved != self._moved_seen:
+            self._moved_seen = self._moved
+            self._quiet_sweeps = 0
+            return
+        if self.task is not None and not self._write_blocked():
+            return  # the server is busy answering (verifying a large blob): not idle
+        self._quiet_sweeps += 1
+        if self._quiet_sweeps >= _IDLE_CHECKS:
+            logger.debug("replay: closing a connection idle for %.0f s", self.server.idle_timeout)
+            if self._write_blocked():
+                self.abort()  # the client stopped reading: nothing will flush
+            else:
+                self._close()
+
     def data_received(self, data: bytes) -> None:
+        self._moved += 1
         state = self._state
         if state == "tls":
             data = self._decrypt(data)
@@ -421,6 +463,7 @@ class _Connection(asyncio.Protocol):
     def _send(self, data: bytes | memoryview) -> None:
         if self._state == "closed" or self.transport is None:
             return
+        self._moved += 1
         tls = self._tls
         if tls is None:
             self.transport.write(data)

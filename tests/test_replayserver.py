@@ -14,6 +14,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from cryptography import x509
 
+from fetchproxy import replayserver
 from fetchproxy.ca import generate_ca, load_ca
 from fetchproxy.digest import Digest, digest_bytes
 from fetchproxy.directrun import DirectReplayRun
@@ -436,3 +438,51 @@ def test_digits_that_are_not_ascii_are_a_bad_request_not_a_crash(served: Served)
         status, _, body = client.answer()
         assert status == "HTTP/1.1 400 Bad Request", body
         assert client.closed()
+
+
+@pytest.fixture
+def short_idle(monkeypatch: pytest.MonkeyPatch) -> float:
+    """A server started after this one closes connections idle for 0.4 s."""
+    monkeypatch.setattr(replayserver, "IDLE_TIMEOUT", 0.4)
+    return replayserver.IDLE_TIMEOUT
+
+
+def test_a_connection_idle_for_the_timeout_is_closed_and_one_in_use_is_not(
+    short_idle: float, served: Served
+) -> None:
+    in_tunnel, plain, busy = Client(served), Client(served), Client(served)
+    in_tunnel.tunnel()  # TLS up, then nothing
+    plain.send(b"GET http://files.example/pl")  # half a request line, then nothing
+    busy.tunnel()
+    deadline = time.monotonic() + 4 * short_idle
+    while time.monotonic() < deadline:  # a request every tenth of the timeout: never idle
+        busy.send(get("/small"))
+        assert busy.answer()[2] == SMALL
+        time.sleep(short_idle / 10)
+    assert in_tunnel.closed()
+    assert plain.closed()
+    busy.send(get("/small"))
+    assert busy.answer()[2] == SMALL
+
+
+def test_a_client_that_stops_reading_is_cut_off_after_the_idle_timeout(
+    short_idle: float, served: Served
+) -> None:
+    client = Client(served)
+    client.tunnel()
+    client.send(get("/medium"))
+    assert client.answer()[2] == MEDIUM
+    count = 500  # 100 MB: far more than the socket buffers hold
+    client.send(get("/medium") * count)
+    time.sleep(4 * short_idle)
+    run = served.proxy.run
+    assert isinstance(run, DirectReplayRun)
+    assert run.server is not None
+    assert run.server.connections == set()  # cut off (reset: what it had not read is gone)
+    got = 0
+    with suppress(ConnectionResetError, ssl.SSLError, AssertionError):
+        while client.answer()[2] == MEDIUM:
+            got += 1
+    assert got < count
+    assert served.proxy.stop() == 0
+    assert served.proxy.replay.stats.served < count + 1

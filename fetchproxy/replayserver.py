@@ -326,7 +326,8 @@ class _Connection(asyncio.Protocol):
             self._quiet_sweeps = 0
             return
         if self.task is not None and not self._write_blocked():
-            return  # the server is busy answering (verifying a large blob): not idle
+            self._quiet_sweeps = 0  # the server is busy answering (verifying a large blob)
+            return
         self._quiet_sweeps += 1
         if self._quiet_sweeps >= _IDLE_CHECKS:
             logger.debug("replay: closing a connection idle for %.0f s", self.server.idle_timeout)

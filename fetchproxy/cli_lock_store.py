@@ -20,7 +20,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from fetchproxy.errors import FetchproxyError
 
@@ -38,6 +38,7 @@ _DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 Subparsers = argparse._SubParsersAction  # argparse names no public type for it
+ParserT = TypeVar("ParserT", bound=argparse.ArgumentParser)
 
 
 class LockStoreUsageError(FetchproxyError, ValueError):
@@ -51,7 +52,7 @@ class NoStoreError(FetchproxyError, FileNotFoundError):
 # --------------------------------------------------------------------------------------- parsers
 
 
-def add_lock_diff_parser(lock_subparsers: Subparsers[argparse.ArgumentParser]) -> None:
+def add_lock_diff_parser(lock_subparsers: Subparsers[ParserT]) -> None:
     """Add ``lock diff`` and ``lock show`` to the ``lock`` command's subparsers."""
     diff = lock_subparsers.add_parser(
         "diff",
@@ -71,10 +72,8 @@ def add_lock_diff_parser(lock_subparsers: Subparsers[argparse.ArgumentParser]) -
         help="be git's external diff: take git's 7 arguments (PATH OLD-FILE OLD-HEX OLD-MODE "
         "NEW-FILE NEW-HEX NEW-MODE), always exit 0; see docs/reviewing-locks.md",
     )
-    show = lock_subparsers.add_parser(
-        "show",
-        help="list a lock one entry per line (for review and git's textconv)",
-    )
+    show_summary = "list a lock one entry per line (for review and git's textconv)"
+    show = lock_subparsers.add_parser("show", help=show_summary, description=show_summary)
     show.add_argument(
         "lock",
         nargs="?",
@@ -95,9 +94,10 @@ def default_lock() -> Path:
     return Path(os.environ.get("FETCHPROXY_LOCK", DEFAULT_LOCK))
 
 
-def add_store_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
+def add_store_parser(subparsers: Subparsers[ParserT]) -> None:
     """Add ``store gc`` and ``store verify`` to the top-level subparsers."""
-    store = subparsers.add_parser("store", help="work with the content-addressed store")
+    store_summary = "work with the content-addressed store"
+    store = subparsers.add_parser("store", help=store_summary, description=store_summary)
     commands = store.add_subparsers(dest="store_command", required=True, metavar="COMMAND")
     gc = commands.add_parser(
         "gc",
@@ -124,9 +124,8 @@ def add_store_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
         help="keep anything written more recently than this (default 1 h; also 30m, 2h, 7d)",
     )
     add_store_option(gc)
-    verify = commands.add_parser(
-        "verify", help="rehash every blob in the store; report (and --repair) corrupt ones"
-    )
+    verify_summary = "rehash every blob in the store; report (and --repair) corrupt ones"
+    verify = commands.add_parser("verify", help=verify_summary, description=verify_summary)
     verify.add_argument(
         "--repair",
         action="store_true",
@@ -142,8 +141,8 @@ def add_store_option(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="the content-addressed store "
-        "(default: $FETCHPROXY_STORE, else $XDG_CACHE_HOME/fetchproxy/store)",
+        help="the content-addressed store (default: $FETCHPROXY_STORE, else "
+        "$XDG_CACHE_HOME/fetchproxy/store, else ~/.cache/fetchproxy/store)",
     )
 
 

@@ -8,6 +8,7 @@ The field list below *is* the format: the order of ``FIELDS`` is the order of ke
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +40,65 @@ class LockFieldError(FetchproxyError, ValueError):
             return self.field_name or ""
         suffix = f".{self.field_name}" if self.field_name else ""
         return f"fetch[{self.index}]{suffix}"
+
+
+_LITERAL_UNSAFE_RE = re.compile(r"['\x00-\x1f\x7f]")
+"""What a TOML literal string (``'...'``) cannot hold, or holds unreadably (a tab)."""
+_BASIC_ESCAPE_RE = re.compile(r'["\\\x00-\x1f\x7f]')
+"""What a TOML basic string must escape."""
+_BASIC_ESCAPES: Final = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+_BARE_KEY_RE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def toml_basic_string(text: str) -> str:
+    """``text`` as a TOML basic string: ``"..."``, escaping quotes, backslashes and controls."""
+    return '"' + _BASIC_ESCAPE_RE.sub(_basic_escape, text) + '"'
+
+
+def _basic_escape(match: re.Match[str]) -> str:
+    char = match[0]
+    return _BASIC_ESCAPES.get(char) or f"\\u{ord(char):04X}"
+
+
+def toml_spelling(value: object) -> str:
+    """``value`` as TOML spells it, for messages: ``true``, ``1.5``, ``'text'``, ``[1, 2]``.
+
+    A string is a literal string (``'text'``) when one can hold it readably, else a basic string
+    (``"it's\\n"``). Values TOML has no spelling for (only a caller of the API can pass one)
+    keep Python's ``repr``.
+    """
+    if isinstance(value, str):
+        return toml_basic_string(value) if _LITERAL_UNSAFE_RE.search(value) else f"'{value}'"
+    if isinstance(value, bool):  # before int: bool is an int subclass
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)  # 1.5, 1e+16, inf, -inf, nan: Python's spelling is TOML's
+    if isinstance(value, datetime.date | datetime.time):  # datetime is a date
+        return value.isoformat()
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_spelling(item) for item in value) + "]"
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        pairs = (f"{_toml_key(key)} = {toml_spelling(item)}" for key, item in value.items())
+        return "{ " + ", ".join(pairs) + " }"
+    return repr(value)
+
+
+def _toml_key(key: object) -> str:
+    if isinstance(key, str) and _BARE_KEY_RE.fullmatch(key):
+        return key
+    return toml_basic_string(str(key))
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +215,7 @@ class Fetch:
             # bool is an int subclass; TOML true/false is never a valid value here
             if type(value) is not f.kind:
                 kind = "a string" if f.kind is str else "an integer"
-                raise LockFieldError(index, f.name, f"{value!r} is not {kind}")
+                raise LockFieldError(index, f.name, f"{toml_spelling(value)} is not {kind}")
             values[f.attr] = value
         try:
             return _checked(values)
@@ -174,11 +234,11 @@ def _checked(values: dict[str, object]) -> Fetch:
     method = values["method"]
     assert isinstance(method, str)
     if not _METHOD_RE.fullmatch(method):
-        raise _BadValueError("method", f"{method!r} is not an uppercase HTTP method")
+        raise _BadValueError("method", f"{toml_spelling(method)} is not an uppercase HTTP method")
     url = values["url"]
     assert isinstance(url, str)
     if not url.startswith(("http://", "https://")):
-        raise _BadValueError("url", f"{url!r} is not an http:// or https:// URL")
+        raise _BadValueError("url", f"{toml_spelling(url)} is not an http:// or https:// URL")
     for name, attr in (("digest", "digest"), ("body-digest", "body_digest")):
         raw = values.get(attr)
         if raw is not None:
@@ -201,7 +261,9 @@ def _checked(values: dict[str, object]) -> Fetch:
         if isinstance(text, str) and _LINE_BREAK_RE.search(text):
             # replayed as a header: a line break would add headers of its own
             raise _BadValueError(
-                name, f"{text!r} has a line break or NUL in it, which no header value can hold"
+                name,
+                f"{toml_spelling(text)} has a line break or NUL in it, which no header value "
+                "can hold",
             )
     return Fetch(**values)  # type: ignore[arg-type]
 

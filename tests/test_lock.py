@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
 from fetchproxy.digest import digest_bytes
-from fetchproxy.lock import DuplicateFetchError, Fetch, Lock, LockFieldError
+from fetchproxy.lock import DuplicateFetchError, Fetch, Lock, LockFieldError, toml_spelling
 from fetchproxy.normalize import RequestKey
 
 D = digest_bytes(b"body")
@@ -58,7 +60,15 @@ def test_round_trip_through_dict_keeps_field_order() -> None:
     ("change", "message"),
     [
         ({"size": -1}, "fetch[7].size: -1 is negative"),
-        ({"size": True}, "fetch[7].size: True is not an integer"),
+        ({"size": True}, "fetch[7].size: true is not an integer"),
+        ({"size": 3.0}, "fetch[7].size: 3.0 is not an integer"),
+        ({"url": None, "method": ["GET"]}, "fetch[7].method: ['GET'] is not a string"),
+        ({"method": "it's"}, 'fetch[7].method: "it\'s" is not an uppercase HTTP method'),
+        (
+            {"location": "/b\r\nset-cookie: x"},
+            'fetch[7].location: "/b\\r\\nset-cookie: x" has a line break or NUL in it, which no '
+            "header value can hold",
+        ),
         ({"status": 99}, "fetch[7].status: 99 is not a recordable HTTP status (100-499)"),
         (
             {"body-digest": "blake3:00"},
@@ -72,6 +82,34 @@ def test_field_errors_name_the_entry_and_field(change: dict[str, object], messag
     with pytest.raises(LockFieldError) as info:
         Fetch.from_dict(table, index=7)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("value", "spelling"),
+    [
+        (True, "true"),
+        (False, "false"),
+        (-7, "-7"),
+        (1.5, "1.5"),
+        (1e100, "1e+100"),
+        (float("inf"), "inf"),
+        (float("-inf"), "-inf"),
+        (float("nan"), "nan"),
+        ("text/html", "'text/html'"),
+        ("it's", '"it\'s"'),
+        ('a\tb"\\\x00\x7f', '"a\\tb\\"\\\\\\u0000\\u007F"'),
+        (datetime.date(1979, 5, 27), "1979-05-27"),
+        (datetime.time(7, 32, 0, 999000), "07:32:00.999000"),
+        (datetime.datetime(1979, 5, 27, 7, 32, tzinfo=datetime.UTC), "1979-05-27T07:32:00+00:00"),
+        ([], "[]"),
+        ([1, "a", [True]], "[1, 'a', [true]]"),
+        ({}, "{}"),
+        ({"a": 1, "b c": {"d": False}}, '{ a = 1, "b c" = { d = false } }'),
+        (b"\x00", "b'\\x00'"),  # no TOML spelling: Python's
+    ],
+)
+def test_values_are_spelled_as_toml_spells_them(value: object, spelling: str) -> None:
+    assert toml_spelling(value) == spelling
 
 
 def test_digests_and_total_size_count_each_blob_once() -> None:

@@ -512,9 +512,8 @@ def test_cli_git_external_diff_of_an_invalid_lock_falls_back_to_a_text_diff(
     out = capsys.readouterr().out.splitlines()
     assert out[:5] == [
         "fetchproxy lock diff: x.lock.toml@aaaaaaa → x.lock.toml@bbbbbbb",
-        f"fetchproxy lock diff: not a valid lock: x.lock.toml@bbbbbbb:{lines}: not valid TOML "
-        "(Invalid statement) — restore the file from version control, or re-record it with "
-        "`fetchproxy record`",
+        f"fetchproxy lock diff: not a valid lock: x.lock.toml@bbbbbbb:{lines}: a merge conflict "
+        "marker: resolve the conflict, then run `fetchproxy lock fmt`",
         "fetchproxy lock diff: showing the text diff instead",
         "--- x.lock.toml@aaaaaaa",
         "+++ x.lock.toml@bbbbbbb",

@@ -16,6 +16,8 @@ from mitmproxy import addonmanager, ctx, exceptions, http
 
 from addons import flows
 from addons.answers import LockAnswers
+from fetchproxy.atomicfile import probe_writable, write_error
+from fetchproxy.errors import FetchproxyError
 from fetchproxy.eventlog import EventLog, default_log_path
 from fetchproxy.journal import Journal, journal_path
 from fetchproxy.lock import Fetch, Lock
@@ -38,6 +40,7 @@ logger = logging.getLogger("fetchproxy.record")
 
 _WRITER = "fetchproxy.writer"
 _KEPT = "fetchproxy.kept"
+_UNSTORED = "fetchproxy.unstored"
 
 
 class _Tee:
@@ -62,6 +65,7 @@ class RecordStats:
         self.kept = 0  # answered from the existing lock (--keep)
         self.passed = 0  # answered but not locked (5xx, websocket)
         self.failed = 0  # connection or TLS failures
+        self.unstored = 0  # answered, but the store could not keep the body: not locked
         self.bytes = 0
 
 
@@ -117,39 +121,50 @@ class Record:
         )
 
     def configure(self, updated: set[str]) -> None:
-        if "record_lock" in updated or "record_log" in updated:
-            self.lock_path = Path(ctx.options.record_lock)
-            log_path = Path(ctx.options.record_log or default_log_path(self.lock_path))
-            self.events.close()
-            self.events = EventLog(log_path)
-        if "record_store" in updated and self._given_store is None:
-            self.store = open_store(ctx.options.record_store)
+        """Everything a run will write is checked here, before anything listens or changes."""
+        try:
+            if "record_lock" in updated or "record_log" in updated:
+                self.lock_path = Path(ctx.options.record_lock)
+                self._check_lock_directory()
+                log_path = Path(ctx.options.record_log or default_log_path(self.lock_path))
+                self.events.close()
+                self.events = EventLog(log_path)
+            if "record_store" in updated and self._given_store is None:
+                self.store = open_store(ctx.options.record_store)
+            if updated & {"record_lock", "record_store"} and self.store is not None:
+                self.store.check_writable()
+        except FetchproxyError as exc:
+            raise exceptions.OptionsError(str(exc)) from None
         if updated & {"record_lock", "record_keep"}:
             self.keep = bool(ctx.options.record_keep)
             self.previous = self._previous_lock()
 
+    def _check_lock_directory(self) -> None:
+        try:
+            probe_writable(self.lock_path.parent)
+        except OSError as exc:
+            raise write_error(
+                self.lock_path, exc, "record writes the lock and its journal there (--lock PATH)"
+            ) from None
+
     def _previous_lock(self) -> Lock | None:
+        """The lock as it is; a lock that exists but cannot be read stops the run unchanged."""
+        if not self.lock_path.exists():
+            return None
         try:
             return load_lock(self.lock_path)
         except LockFileError as exc:
-            if not self.lock_path.exists():
-                return None
-            if self.keep:
-                raise exceptions.OptionsError(f"{exc} (--keep needs a valid lock)") from None
-            logger.warning("%s; recording a new lock over it", exc)
-            return None
+            raise exceptions.OptionsError(
+                f"{exc} — record does not overwrite a lock it cannot read: fix it "
+                "(`fetchproxy lock fmt` after a merge), or move it aside to record afresh"
+            ) from None
 
     async def running(self) -> None:
         if self.keep and self.answers is None and self.store is not None:
             self.answers = LockAnswers(self.store)
             await self.answers.start()
         if self.journal is None:
-            try:
-                self.journal = Journal(journal_path(self.lock_path))
-            except OSError as exc:
-                raise exceptions.OptionsError(
-                    f"{self.lock_path}: cannot write the record journal: {exc.strerror}"
-                ) from None
+            self.journal = Journal(journal_path(self.lock_path), keep=self.keep)
 
     async def request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None:
@@ -202,7 +217,13 @@ class Record:
         ):
             response.stream = True
             return
-        tee = _Tee(self.store.writer())
+        try:
+            writer = self.store.writer()
+        except StoreError as exc:
+            self._unstored(flow, key, exc)
+            response.stream = True
+            return
+        tee = _Tee(writer)
         flow.metadata[_WRITER] = tee
         response.stream = tee
 
@@ -219,7 +240,7 @@ class Record:
         response = flow.response
         key = flow.metadata.get(flows.KEY)
         if not isinstance(tee, _Tee) or response is None or not isinstance(key, RequestKey):
-            if response is not None and key is not None:
+            if response is not None and key is not None and not flow.metadata.get(_UNSTORED):
                 self.stats.passed += 1
             return
         if tee.chunks == 0 and response.raw_content:
@@ -227,6 +248,10 @@ class Record:
         size = tee.writer.size
         try:
             digest = await asyncio.to_thread(tee.writer.commit)
+        except StoreError as exc:
+            tee.writer.abort()
+            self._unstored(flow, key, exc)
+            return
         except BaseException:
             tee.writer.abort()
             raise
@@ -239,6 +264,13 @@ class Record:
             secret_params=self.secret_params,
         )
         self._add(fetch)
+
+    def _unstored(self, flow: http.HTTPFlow, key: RequestKey, exc: StoreError) -> None:
+        """The client got its answer but the store could not keep it: loud, and not locked."""
+        flow.metadata[_UNSTORED] = True
+        self.stats.unstored += 1
+        logger.error("record: %s %s was not recorded: %s", key.method, key.url, exc)
+        self.events.emit("unstored", url=key.url, method=key.method, error=str(exc))
 
     def _add(self, fetch: Fetch) -> None:
         key = fetch.key
@@ -307,6 +339,14 @@ class Record:
             self.journal.close(remove=True)
             self.journal = None
         return changed
+
+    def abandon(self) -> Path | None:
+        """Leave the lock as it is; the journal, if this run recorded anything (else None)."""
+        journal, self.journal = self.journal, None
+        if journal is None:
+            return None
+        journal.close(remove=journal.appended == 0)
+        return journal.path if journal.appended else None
 
     async def done(self) -> None:
         if self.answers is not None:

@@ -17,6 +17,7 @@ from mitmproxy.proxy import server_hooks
 
 from addons import flows
 from addons.answers import LockAnswers
+from fetchproxy.atomicfile import WriteError
 from fetchproxy.eventlog import EventLog, default_log_path
 from fetchproxy.lock import Lock
 from fetchproxy.lockfile import LockFileError, load_lock
@@ -87,7 +88,10 @@ class Replay:
         if updated & {"replay_lock", "replay_log"}:
             log_path = Path(ctx.options.replay_log or default_log_path(book.lock_path))
             book.events.close()
-            book.events = EventLog(log_path)
+            try:
+                book.events = EventLog(log_path)
+            except WriteError as exc:
+                raise exceptions.OptionsError(str(exc)) from None
 
     async def running(self) -> None:
         if self.answers is None and self.store is not None:
@@ -119,17 +123,23 @@ class Replay:
         except StoreError as exc:  # corrupt, or not the size the lock says
             logger.error("%s", exc)
             reason, status = store_refusal(exc)
-            self._refuse(flow, key, reason=reason, status=status)
+            self._refuse(flow, key, reason=reason, status=status, error=str(exc))
             return
         flow.metadata[_BODY_BYTES] = body_bytes
         self.book.served(key, body_bytes)
 
     def _refuse(
-        self, flow: http.HTTPFlow, key: RequestKey, *, reason: str, status: int = 403
+        self,
+        flow: http.HTTPFlow,
+        key: RequestKey,
+        *,
+        reason: str,
+        status: int = 403,
+        error: str | None = None,
     ) -> None:
         refused = refusal(key, lock_name=str(self.book.lock_path), reason=reason, status=status)
         flow.response = flows.response_from(flow, refused.answer, refused.text)
-        self.book.refuse(key, reason=reason)
+        self.book.refuse(key, reason=reason, error=error)
 
     # -------------------------------------------------------------------------------- responses
 

@@ -5,7 +5,30 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import tempfile
 from pathlib import Path
+
+from fetchproxy.errors import FetchproxyError
+
+
+class WriteError(FetchproxyError, OSError):
+    """A file fetchproxy must write cannot be (read-only, no space, no permission)."""
+
+
+def write_error(path: Path, exc: OSError, fix: str) -> WriteError:
+    """``cannot write PATH: <why> — <fix>``."""
+    return WriteError(f"cannot write {path}: {exc.strerror or exc} — {fix}")
+
+
+def probe_writable(directory: Path) -> None:
+    """Make ``directory`` if need be and a file in it, then remove the file; ``OSError`` if not.
+
+    For a run to find out before it starts that it could not write its results there.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=".fetchproxy-probe-", dir=directory)
+    os.close(fd)
+    Path(name).unlink()
 
 
 def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from fetchproxy.atomicfile import write_error
 from fetchproxy.ca import ensure_persistent_ca, persistent_ca_dir
 from fetchproxy.config import config_path_for, load_config
 from fetchproxy.errors import FetchproxyError
-from fetchproxy.journal import journal_path, read_journal
+from fetchproxy.journal import journal_keeps, journal_path, read_journal
 from fetchproxy.lock import DuplicateFetchError, Lock
-from fetchproxy.lockfile import load_lock, write_lock
+from fetchproxy.lockfile import load_lock, normal_form_problems, write_lock
+from fetchproxy.sizes import counted
 from fetchproxy.store import CorruptBlobError, MissingBlobError, open_store
 
 
@@ -76,19 +79,37 @@ def ca_path() -> int:
 def lock_verify(args: argparse.Namespace) -> int:
     lock = load_lock(args.lock)
     store = open_store(args.store)
+    not_normal = normal_form_problems(lock, str(args.lock))
+    for problem in not_normal:
+        print(f"fetchproxy: {problem}", file=sys.stderr)
     problems = 0
+    intact = set()
     for digest in sorted(lock.digests()):
         try:
             store.verify(digest)
         except (MissingBlobError, CorruptBlobError) as exc:
             problems += 1
             print(f"fetchproxy: {exc}", file=sys.stderr)
+        else:
+            intact.add(digest)
+    wrong_size = 0
+    for fetch in lock.fetches:
+        if fetch.digest in intact and (actual := store.size_of(fetch.digest)) != fetch.size:
+            wrong_size += 1
+            print(
+                f"fetchproxy: {args.lock}: {fetch.method} {fetch.url} has size = {fetch.size}, "
+                f"but its blob {fetch.digest} is {actual} bytes: replay answers it 502 "
+                "store-error — record it again rather than edit the lock",
+                file=sys.stderr,
+            )
     blobs = len(lock.digests())
-    if problems:
-        print(
-            f"fetchproxy: {args.lock}: {problems} of {blobs} bodies missing or corrupt",
-            file=sys.stderr,
-        )
+    if problems or wrong_size or not_normal:
+        found = [f"{problems} of {blobs} bodies missing or corrupt"] if problems else []
+        if wrong_size:
+            found.append(f"{counted(wrong_size, 'entry', 'entries')} with the wrong size")
+        if not_normal:
+            found.append(f"{counted(len(not_normal), 'url', 'urls')} not in normal form")
+        print(f"fetchproxy: {args.lock}: {'; '.join(found)}", file=sys.stderr)
         return 1
     print(f"fetchproxy: {args.lock}: {len(lock)} fetches, {blobs} bodies, all intact")
     return 0
@@ -96,23 +117,45 @@ def lock_verify(args: argparse.Namespace) -> int:
 
 def lock_fmt(args: argparse.Namespace) -> int:
     lock = load_lock(args.lock, require_sorted=False)
-    changed = write_lock(args.lock, lock)
+    changed = _write(args.lock, lock)
     print(f"fetchproxy: {args.lock}: {'rewritten' if changed else 'already canonical'}")
     return 0
+
+
+def _write(path: Path, lock: Lock) -> bool:
+    """``write_lock``, its failure a clear error (the old lock, if any, stays as it was)."""
+    try:
+        return write_lock(path, lock)
+    except OSError as exc:
+        raise write_error(path, exc, "the lock is unchanged") from None
 
 
 def lock_recover(args: argparse.Namespace) -> int:
     journal = journal_path(args.lock)
     if not journal.exists():
         raise FetchproxyError(f"{journal}: no journal to recover (nothing was interrupted)")
-    latest = {}
-    for fetch in read_journal(journal):
-        latest[fetch.key] = fetch
+    latest = {fetch.key: fetch for fetch in read_journal(journal)}
+    if not latest:
+        journal.unlink()
+        print(
+            f"fetchproxy: {args.lock}: {journal} held no fetch; removed it, the lock is unchanged"
+        )
+        return 0
+    keep = journal_keeps(journal)
+    entries = {}
+    if keep and args.lock.exists():
+        entries = {fetch.key: fetch for fetch in load_lock(args.lock).fetches}
+    kept = len(entries)
+    entries.update(latest)
     try:
-        lock = Lock.from_fetches(latest.values())
+        lock = Lock.from_fetches(entries.values())
     except DuplicateFetchError as exc:  # pragma: no cover -- keys are unique by construction
         raise FetchproxyError(str(exc)) from None
-    write_lock(args.lock, lock)
+    _write(args.lock, lock)
     journal.unlink()
-    print(f"fetchproxy: {args.lock}: recovered {len(lock)} fetches from {journal}")
+    onto = f" on top of its {counted(kept, 'entry', 'entries')} (--keep)" if keep else ""
+    print(
+        f"fetchproxy: {args.lock}: recovered {counted(len(latest), 'fetch', 'fetches')} "
+        f"from {journal}{onto}"
+    )
     return 0

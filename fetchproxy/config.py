@@ -45,7 +45,7 @@ def load_config(path: Path) -> Config:
     """The settings in ``path``; the defaults when there is no such file."""
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no such file, or no such directory
         return Config()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the project config: {exc}") from None

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import IO, Self
 
+from fetchproxy.atomicfile import write_error
 from fetchproxy.lock import Fetch
 from fetchproxy.normalize import RequestKey
 
@@ -43,8 +44,12 @@ class EventLog:
         self._file: IO[str] | None = None
         self.counts: dict[str, int] = {}
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("w", encoding="utf-8", buffering=1)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = path.open("w", encoding="utf-8", buffering=1)
+            except OSError as exc:
+                fix = "the event log goes elsewhere with --log PATH"
+                raise write_error(path, exc, fix) from None
 
     def emit(self, event: str, **fields: object) -> None:
         """Write one event line: ``{"event": event, ...fields}``."""
@@ -53,10 +58,14 @@ class EventLog:
             record = {"event": event, **fields}
             self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
 
-    def refused(self, key: RequestKey, *, reason: str, nearest: Fetch | None) -> None:
-        """A request that was not served, with the lock entry most like it."""
+    def refused(
+        self, key: RequestKey, *, reason: str, nearest: Fetch | None, error: str | None = None
+    ) -> None:
+        """A request that was not served, with the lock entry most like it (and why, for a
+        blob the store could not serve)."""
         near = None if nearest is None else key_fields(nearest.key)
-        self.emit("refused", reason=reason, key=key_fields(key), nearest=near)
+        extra = {} if error is None else {"error": error}
+        self.emit("refused", reason=reason, key=key_fields(key), nearest=near, **extra)
 
     def close(self) -> None:
         if self._file is not None:

@@ -39,7 +39,7 @@ from fetchproxy.errors import FetchproxyError
 from fetchproxy.journal import journal_path, read_journal
 from fetchproxy.lockfile import load_lock
 from fetchproxy.sizes import counted, human_bytes
-from fetchproxy.store import DiskStore, TempFile
+from fetchproxy.store import DiskStore, StoreError, TempFile
 from fetchproxy.store.disk import DIR_MODE
 from fetchproxy.store.layout import TEMP_SUFFIX, temp_prefix
 
@@ -120,6 +120,25 @@ def collect_garbage(
     """
     if grace < 0:
         raise ValueError(f"the grace period cannot be negative, got {grace}")
+    try:
+        return _collect(store, keep, grace=grace, dry_run=dry_run, locks=locks, now=now)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise StoreError(
+            f"cannot collect garbage in {store.root}: {exc.strerror or exc}{where} — "
+            "gc needs write access to the store"
+        ) from exc
+
+
+def _collect(
+    store: DiskStore,
+    keep: Collection[Digest],
+    *,
+    grace: float,
+    dry_run: bool,
+    locks: int,
+    now: float | None,
+) -> GcReport:
     cutoff = (time.time() if now is None else now) - grace
     if not dry_run:
         _restore_aside_blobs(store)

@@ -242,17 +242,21 @@ def request_url(
 
     The rule of mitmproxy's ``pretty_url``, which the recorder keys on: a ``Host`` header names
     host and port (the scheme's default port when it has none); without one, the tunnel's
-    (inside ``CONNECT``) or the absolute target's. The default port is left out, as mitmproxy
+    (inside ``CONNECT``) or the absolute target's; a request in origin form outside a tunnel
+    needs one (``http``, as mitmproxy takes it). The default port is left out, as mitmproxy
     does, so both engines name a URL alike. Raises :class:`HTTPParseError`.
     """
     target = head.target
     if target.startswith("/"):
-        if tunnel is None:
+        if tunnel is not None:
+            host, port, path = tunnel[0], tunnel[1], target
+        elif head.values("host"):  # sent as if to the origin: mitmproxy goes by its Host
+            host, port, path = "", _default_port(scheme), target
+        else:
             raise HTTPParseError(
-                f"{head.method} {shown_target(target)}: a proxy request needs an absolute URL "
-                "(or a CONNECT tunnel)"
+                f"{head.method} {shown_target(target)}: no absolute URL, CONNECT tunnel or "
+                "Host header: the destination is unknown"
             )
-        host, port, path = tunnel[0], tunnel[1], target
     else:
         scheme_end = target.find("://")
         if scheme_end < 0:

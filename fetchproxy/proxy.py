@@ -110,7 +110,7 @@ class ProxyRun:
         journal = journal_path(s.lock)
         if s.mode == "record" and journal.exists():
             raise ProxyStartError(
-                f"{journal}: an interrupted record left this journal; run "
+                f"{journal}: a record that was interrupted or failed left this journal; run "
                 f"`fetchproxy lock recover --lock {s.lock}` to keep what it fetched, "
                 "or delete it to start afresh"
             )

@@ -59,6 +59,8 @@ class ReplayBook:
         self.used: set[RequestKey] = set()
         self.refused: list[RequestKey] = []
         """The first refused requests, for the summary (all of them are in the event log)."""
+        self.refused_unkeyed = 0
+        """Refusals of what had no key: invalid requests, non-HTTP traffic."""
 
     @classmethod
     def open(cls, lock_path: Path, store: Store, log: Path | None) -> ReplayBook:
@@ -79,23 +81,35 @@ class ReplayBook:
         self.stats.served += 1
         self.stats.bytes += body_bytes
 
-    def refuse(self, key: RequestKey, *, reason: str) -> None:
-        """Count and log a refused request, with the lock entry most like it."""
+    def refuse(self, key: RequestKey, *, reason: str, error: str | None = None) -> None:
+        """Count and log a refused request, with the lock entry most like it.
+
+        A request the lock holds (refused for its blob, or as a websocket) was asked for: it
+        is not unused, and it is its own entry, so no nearest one is named. ``error``: why the
+        store could not serve it.
+        """
         self.stats.refused += 1
         if len(self.refused) < SHOWN_REFUSALS:
             self.refused.append(key)
-        self.events.refused(key, reason=reason, nearest=nearest(self.lock, key))
+        if self.lock.lookup(key) is not None:
+            self.used.add(key)
+            near = None
+        else:
+            near = nearest(self.lock, key)
+        self.events.refused(key, reason=reason, nearest=near, error=error)
 
-    def revoke(self, key: RequestKey, body_bytes: int, *, reason: str) -> None:
+    def revoke(
+        self, key: RequestKey, body_bytes: int, *, reason: str, error: str | None = None
+    ) -> None:
         """A request counted as served whose body was cut off (its blob rotted): a refusal."""
         self.stats.served -= 1
         self.stats.bytes -= body_bytes
-        self.used.discard(key)
-        self.refuse(key, reason=reason)
+        self.refuse(key, reason=reason, error=error)
 
     def refuse_other(self, reason: str, **fields: object) -> None:
         """Count and log what was refused without a key: an invalid request, raw TCP."""
         self.stats.refused += 1
+        self.refused_unkeyed += 1
         self.events.emit("refused", reason=reason, **fields)
 
     def unused(self) -> list[Fetch]:

@@ -626,9 +626,17 @@ class _Connection(asyncio.Protocol):
         self._send(_CONNECTED)
         self._state = "tunnel"  # _process hands on whatever followed in the same read
 
-    def _refuse(self, head: RequestHead, key: RequestKey, reason: str, status: int = 403) -> None:
+    def _refuse(
+        self,
+        head: RequestHead,
+        key: RequestKey,
+        reason: str,
+        status: int = 403,
+        *,
+        error: str | None = None,
+    ) -> None:
         refused = refusal(key, lock_name=self.server.lock_name, reason=reason, status=status)
-        self.server.book.refuse(key, reason=reason)
+        self.server.book.refuse(key, reason=reason, error=error)
         self._write_answer(head, refused.answer, refused.text)
 
     def _write_answer(
@@ -683,7 +691,7 @@ class _Connection(asyncio.Protocol):
                 body = None
         except StoreError as exc:
             logger.error("%s", exc)
-            self._refuse(head, key, *store_refusal(exc))
+            self._refuse(head, key, *store_refusal(exc), error=str(exc))
             return
         answer = answer_for(fetch, method=head.method, range_header=range_header)
         if body is not None or not answer.send_body or head.method == "HEAD":
@@ -701,7 +709,7 @@ class _Connection(asyncio.Protocol):
             await self._stream(fetch, start, end)
         except StoreError as exc:
             logger.error("%s", exc)
-            book.revoke(key, end - start, reason=CORRUPT_BLOB)
+            book.revoke(key, end - start, reason=CORRUPT_BLOB, error=str(exc))
             self.abort()  # the client sees a body cut short, never a corrupt one whole
             return
         except ConnectionError:

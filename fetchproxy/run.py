@@ -14,7 +14,8 @@ CA variables set. Which sandbox (``--sandbox``, :func:`~fetchproxy.sandbox.avail
 - **none** (``--no-sandbox``): the host's network, said on stderr.
 
 SIGINT and SIGTERM are forwarded to the build. When it ends the proxy stops, the lock is
-written (record) and a summary goes to stderr.
+written (record: only if the build succeeded and every answer was stored; otherwise the lock
+stays as it was and the journal keeps what was recorded) and a summary goes to stderr.
 
 Exit status: the build's own when it failed; else 3 when replay refused anything; else 0.
 """
@@ -272,7 +273,7 @@ async def _wait(build: BuildProcess) -> int:
 
 
 def _exit_status(build_status: int, proxy: Run) -> int:
-    proxy_status = finish(proxy)
+    proxy_status = finish(proxy, build_status=build_status)
     if build_status != 0:
         return 128 - build_status if build_status < 0 else build_status
     refused = 0 if proxy.book is None else proxy.book.stats.refused

@@ -17,6 +17,7 @@ from fetchproxy.settings import ProxySettings
 from fetchproxy.summary import lock_changes, record_summary, replay_summary
 
 if TYPE_CHECKING:
+    from addons.record import Record
     from fetchproxy.runs import Run
 
 
@@ -43,21 +44,37 @@ NOT_EXACT = 3
 """The exit status of a replay that refused requests, or (with --exact) left entries unused."""
 
 
-def finish(run: Run) -> int:
+def finish(run: Run, *, build_status: int = 0) -> int:
     """Write the lock (record) and print the summary; the exit status of a proxy run.
 
-    For replay that is :data:`NOT_EXACT` when ``--exact`` was given and the run refused a
-    request or left lock entries unused; otherwise 0 (``record``/``replay -- BUILD`` add their
-    own rule for refusals).
+    Record leaves the lock unchanged, and keeps its journal for ``fetchproxy lock recover``,
+    when the build failed or was interrupted (``build_status``, negative for a signal) or an
+    answer could not be stored (then the status is 1). For replay the status is
+    :data:`NOT_EXACT` when ``--exact`` was given and the run refused a request or left lock
+    entries unused; otherwise 0 (``record``/``replay -- BUILD`` add their own rule for
+    refusals).
     """
     lock = run.settings.lock
     record = run.record
     if record is not None:
-        record.write_lock()
-        print(record_summary(record, lock=lock), file=sys.stderr)
-        if record.previous is not None:
-            print(lock_changes(record.previous, record.new_lock(), lock=lock), file=sys.stderr)
-        return 0
+        why = _why_the_lock_stays(record, build_status)
+        if why is None:
+            record.write_lock()
+            print(record_summary(record, lock=lock), file=sys.stderr)
+            if record.previous is not None:
+                print(lock_changes(record.previous, record.new_lock(), lock=lock), file=sys.stderr)
+            return 0
+        journal = record.abandon()
+        print(record_summary(record, lock=lock, written=False), file=sys.stderr)
+        print(f"fetchproxy: {why}: {lock} is unchanged", file=sys.stderr)
+        if journal is not None:
+            onto = " on top of it (--keep)" if record.keep else ""
+            print(
+                f"fetchproxy: what it recorded is in {journal}: `fetchproxy lock recover "
+                f"--lock {lock}` makes that the lock{onto}; delete it to record afresh",
+                file=sys.stderr,
+            )
+        return 1
     book = run.book
     assert book is not None, "a replay run keeps a book"
     print(replay_summary(book, lock=lock), file=sys.stderr)
@@ -69,6 +86,17 @@ def finish(run: Run) -> int:
         )
         return NOT_EXACT
     return 0
+
+
+def _why_the_lock_stays(record: Record, build_status: int) -> str | None:
+    """Why this record must not write its lock (None: it may)."""
+    if build_status < 0:
+        return f"the build was stopped by {signal.Signals(-build_status).name}"
+    if build_status > 0:
+        return f"the build failed (exit status {build_status})"
+    if record.stats.unstored:
+        return f"{record.stats.unstored} answer(s) could not be stored"
+    return None
 
 
 def serve(settings: ProxySettings) -> int:

@@ -69,7 +69,15 @@ def verify_store(store: DiskStore, *, repair: bool = False) -> StoreVerifyReport
         size += found[0]
         problem = found[1]
         if problem is not None and repair:
-            problem = _move_aside(store, problem)
+            path = problem.path
+            try:
+                problem = _move_aside(store, problem)
+            except OSError as exc:
+                where = f" ({exc.filename})" if exc.filename else ""
+                raise StoreError(
+                    f"cannot move {path} aside into {store.root / CORRUPT_DIR}: "
+                    f"{exc.strerror or exc}{where} — --repair needs write access to the store"
+                ) from exc
         if problem is not None:
             bad.append(problem)
     return StoreVerifyReport(

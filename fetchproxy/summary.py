@@ -24,11 +24,12 @@ def _plural(count: int, word: str) -> str:
     )
 
 
-def record_summary(record: Record, *, lock: Path) -> str:
+def record_summary(record: Record, *, lock: Path, written: bool = True) -> str:
+    """What a record run did; ``written``: whether its lock was written (else left unchanged)."""
     stats = record.stats
     line = (
         f"fetchproxy: recorded {_plural(stats.recorded, 'fetch')} "
-        f"({human_bytes(stats.bytes)}) into {lock}"
+        f"({human_bytes(stats.bytes)}) {'into' if written else 'for'} {lock}"
     )
     extras = []
     if stats.kept:
@@ -37,6 +38,8 @@ def record_summary(record: Record, *, lock: Path) -> str:
         extras.append(f"{stats.passed} passed through unlocked (5xx or websocket)")
     if stats.failed:
         extras.append(f"{stats.failed} failed")
+    if stats.unstored:
+        extras.append(f"{stats.unstored} not stored (the errors above say why)")
     return line + (f"; {', '.join(extras)}" if extras else "")
 
 
@@ -47,9 +50,14 @@ def replay_summary(replay: ReplayBook, *, lock: Path) -> str:
         f"from {lock}; refused {stats.refused}"
     ]
     lines.extend(f"fetchproxy:   refused {k.method} {k.url}" for k in replay.refused)
-    hidden = stats.refused - len(replay.refused)
+    hidden = stats.refused - replay.refused_unkeyed - len(replay.refused)
     if hidden > 0:
         lines.append(f"fetchproxy:   ... and {hidden} more (see the event log)")
+    if replay.refused_unkeyed:
+        lines.append(
+            f"fetchproxy:   and {replay.refused_unkeyed} that were not HTTP requests a lock "
+            "could hold (invalid, or not HTTP; see the event log)"
+        )
     unused = replay.unused()
     if unused:
         lines.append(f"fetchproxy: {len(unused)} of {len(replay.lock)} lock entries went unused")

@@ -143,6 +143,7 @@ def test_sigkill_at_random_points_loses_nothing(tmp_path: Path, origin: str) -> 
     assert len(load_lock(lock)) == 3
 
     rnd = random.Random(20261129)
+    recovered_rounds = 0
     for round_ in range(8):
         recorder = Recorder(tmp_path, lock, store)
         urls = [f"{origin}/round{round_}/{i}" for i in range(6)]
@@ -155,12 +156,14 @@ def test_sigkill_at_random_points_loses_nothing(tmp_path: Path, origin: str) -> 
         assert lock.read_bytes() == previous  # the previous lock is intact
         assert_store_consistent(store)
         journal = journal_path(lock)
-        assert journal.exists()  # the killed run had started: its journal is there
+        if not journal.exists():  # killed before it stored a fetch: nothing to recover
+            continue
+        recovered_rounds += 1
         journalled = list(read_journal(journal))
         for fetch in journalled:  # every journalled body is in the store
             assert DiskStore(store).contains(fetch.digest)
         refused = Recorder.start_failure(tmp_path, lock, store)
-        assert f"{journal}: an interrupted record left this journal" in refused
+        assert f"{journal}: a record that was interrupted or failed left this journal" in refused
 
         recovered = subprocess.run(
             [sys.executable, "-m", "fetchproxy", "lock", "recover", "--lock", str(lock)],
@@ -172,6 +175,7 @@ def test_sigkill_at_random_points_loses_nothing(tmp_path: Path, origin: str) -> 
         assert not journal.exists()
         assert {f.url for f in load_lock(lock).fetches} == {f.url for f in journalled}
         previous = lock.read_bytes()
+    assert recovered_rounds >= 4  # most runs were killed after their first fetch
 
 
 def test_two_records_sharing_one_store(tmp_path: Path, origin: str) -> None:

@@ -24,7 +24,7 @@ from fetchproxy.gc import (
 from fetchproxy.journal import Journal, journal_path
 from fetchproxy.lock import Fetch, Lock
 from fetchproxy.lockfile import LockFileError, write_lock
-from fetchproxy.store import DiskStore, TempFile
+from fetchproxy.store import DiskStore, StoreError, TempFile
 from tests.conftest import parse_cli
 
 HOUR = 3600.0
@@ -398,3 +398,16 @@ def test_cli_bad_grace(lock: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "argument --grace: 'soon' is not a duration: give seconds (3600) or a number with "
         "s, m, h or d (2h)\n"
     )
+
+
+def test_a_store_gc_cannot_change_is_an_error_naming_why(store: DiskStore, lock: Path) -> None:
+    store.put(UNUSED)
+    store.temp_dir.rmdir()
+    store.temp_dir.write_text("a file where gc moves blobs before removing them\n")
+    with pytest.raises(StoreError) as caught:
+        collect_garbage(store, referenced_digests([lock]), now=later())
+    assert str(caught.value) == (
+        f"cannot collect garbage in {store.root}: File exists ({store.temp_dir}) — "
+        "gc needs write access to the store"
+    )
+    assert store.contains(digest_bytes(UNUSED))

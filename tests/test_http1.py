@@ -167,10 +167,15 @@ def test_the_url_of_a_proxy_request_is_its_absolute_target() -> None:
         "http://files.example/p?q",
         "/p?q",
     )
+    origin_form = head(("Host", "files.example:8080"), target="/p")  # as mitmproxy takes it
+    assert request_url(origin_form, scheme="http", tunnel=None)[0] == "http://files.example:8080/p"
     bare = head(target="http://user@files.example:8080?q")
     assert request_url(bare, scheme="http", tunnel=None) == ("http://files.example:8080/?q", "/?q")
     for bad, message in [
-        (head(target="/p"), "a proxy request needs an absolute URL (or a CONNECT tunnel)"),
+        (
+            head(target="/p"),
+            "no absolute URL, CONNECT tunnel or Host header: the destination is unknown",
+        ),
         (head(target="ftp://files.example/p"), "not an http(s) URL"),
         (head(target="files.example/p"), "not an absolute URL"),
     ]:

@@ -7,6 +7,7 @@ still up, and the origin counts its connections: replay must open none.
 from __future__ import annotations
 
 import concurrent.futures
+import errno
 import random
 import resource
 import shutil
@@ -19,9 +20,10 @@ import blake3
 import pytest
 
 from fetchproxy.digest import digest_bytes
-from fetchproxy.journal import journal_path
+from fetchproxy.journal import journal_path, read_journal
 from fetchproxy.lock import Fetch, Lock
 from fetchproxy.lockfile import load_lock
+from fetchproxy.store import DiskBlobWriter, DiskStore
 from tests.conftest import (
     REPLAY_ENGINES,
     Fetched,
@@ -164,7 +166,7 @@ def test_record_then_replay_everything_with_curl_and_urllib(rig: Rig) -> None:
     assert recorded["chunked", "urllib"].header("content-length") is None
     # the journal holds every fetch while the run is on; a finished run removes it
     journal = journal_path(rig.paths.lock)
-    assert journal.read_text().count("\n") == len(CASES) * len(CLIENTS)
+    assert len(list(read_journal(journal))) == len(CASES) * len(CLIENTS)
     assert recorder.stop() == 0
     assert not journal.exists()
 
@@ -497,3 +499,33 @@ def test_http2_is_off_by_default_so_both_legs_speak_http1(rig: Rig) -> None:
     assert (got.status, got.protocol) == (200, "HTTP/1.1")
     assert recorder.stop() == 0
     assert [r.protocol for r in rig.origin.requests] == ["HTTP/1.1"]
+
+
+class _FullDiskWriter(DiskBlobWriter):
+    """Fills the disk when it publishes its blob."""
+
+    def _link(self, target: Path) -> bool:
+        raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+
+class _FullDisk(DiskStore):
+    def writer(self) -> DiskBlobWriter:
+        return _FullDiskWriter(self)
+
+
+def test_an_answer_the_store_cannot_keep_is_loud_and_leaves_the_lock(
+    rig: Rig, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = rig.start("record", store=_FullDisk(rig.paths.store))
+    assert rig.get(recorder, "/small.txt").status == 200  # the client still gets its answer
+    assert recorder.stop() == 1
+    assert not rig.paths.lock.exists()
+    assert not journal_path(rig.paths.lock).exists()  # nothing was recorded
+    err = capfd.readouterr().err
+    url = rig.origin.url("/small.txt")
+    assert f"record: GET {url} was not recorded: cannot store blob" in caplog.text
+    assert "No space left on device" in caplog.text
+    assert f"recorded 0 fetches (0 B) for {rig.paths.lock}; 1 not stored" in err
+    assert f"1 answer(s) could not be stored: {rig.paths.lock} is unchanged" in err
+    events = read_events(rig.paths.log)
+    assert [(e["event"], e["url"]) for e in events] == [("unstored", url)]

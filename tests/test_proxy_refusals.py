@@ -154,10 +154,18 @@ def test_corrupt_blobs_small_and_large_are_refused_with_502(
         got = rig.curl(replayer, target, http2=True)
         assert_refused(got, body, status=502, reason="corrupt-blob")
     replayer.stop()
-    assert [(e["reason"], e["key"]) for e in read_events(rig.paths.log)] == [
-        ("corrupt-blob", {"method": "GET", "url": f"{base}{target}"})
+    events = read_events(rig.paths.log)
+    assert [(e["event"], e["reason"], e["key"], e["nearest"]) for e in events] == [
+        ("refused", "corrupt-blob", {"method": "GET", "url": f"{base}{target}"}, None)
         for target in ("/small.txt", "/small.txt", "/medium.bin", "/medium.bin")
-    ]
+    ]  # their own entry, so no nearest one
+    every = read_events(rig.paths.log, unused=True)
+    assert [e for e in every if e["event"] == "unused"] == []  # they were asked for
+    for event in events:
+        key, error = event["key"], event["error"]
+        assert isinstance(key, dict)
+        assert isinstance(error, str)
+        assert error.startswith(f"corrupt blob in {damaged[key['url']]}: ")
     logged = "\n".join(r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
     for path in damaged.values():
         assert f"corrupt blob in {path}: expected " in logged

@@ -265,9 +265,12 @@ def test_malformed_requests_and_non_http_in_a_tunnel_are_refused(served: Served)
     ssh.send(b"SSH-2.0-OpenSSH_9.2\r\n")
     assert ssh.closed()
     not_proxy = Client(served)
-    not_proxy.send(get("/small"))
+    not_proxy.send(b"GET /small HTTP/1.1\r\n\r\n")  # no absolute URL, tunnel or Host
     status, _, body = not_proxy.answer()
     assert status == "HTTP/1.1 400 Bad Request"
+    as_if_the_origin = Client(served)  # origin form with a Host header: mitmproxy goes by it
+    as_if_the_origin.send(get("/plain", host=HOST))
+    assert as_if_the_origin.answer()[2] == SMALL
     assert served.proxy.stop() == 0
     events = read_events(served.log)
     assert events == [
@@ -281,7 +284,8 @@ def test_malformed_requests_and_non_http_in_a_tunnel_are_refused(served: Served)
         {
             "event": "refused",
             "reason": "invalid-request",
-            "error": "GET /small: a proxy request needs an absolute URL (or a CONNECT tunnel)",
+            "error": "GET /small: no absolute URL, CONNECT tunnel or Host header: the "
+            "destination is unknown",
         },
     ]
     assert served.proxy.replay.stats.refused == 3
@@ -392,7 +396,7 @@ def test_a_client_that_does_not_read_cannot_make_the_server_buffer_without_bound
 
 def test_no_secret_of_a_malformed_request_reaches_the_event_log(served: Served) -> None:
     for request in (
-        b"GET /repo.tar.gz?token=SECRET1 HTTP/1.1\r\nHost: files.example\r\n\r\n",
+        b"GET /repo.tar.gz?token=SECRET1 HTTP/1.1\r\nUser-Agent: x\r\n\r\n",  # no destination
         b"GET ftp://files.example/x?access_token=SECRET2 HTTP/1.1\r\n\r\n",
         b"GET /small?token=SECRET3 HTTP/1.1 x\r\n\r\n",
     ):

@@ -125,6 +125,100 @@ def test_replay_refuses_what_the_lock_lacks_and_exits_3(tmp_path: Path, origin: 
 def test_the_builds_own_failure_is_the_exit_status(tmp_path: Path) -> None:
     result = fetchproxy(tmp_path, "record", "--", "sh", "-c", "exit 5")
     assert result.returncode == 5
+    assert "the build failed (exit status 5): fetchproxy.lock.toml is unchanged" in result.stderr
+    assert not (tmp_path / "fetchproxy.lock.toml").exists()
+    assert not (tmp_path / "fetchproxy.lock.toml.journal").exists()  # it recorded nothing
+
+
+def test_a_failed_build_leaves_the_lock_and_its_fetches_are_recoverable(
+    tmp_path: Path, origin: str
+) -> None:
+    lock, journal = tmp_path / "fetchproxy.lock.toml", tmp_path / "fetchproxy.lock.toml.journal"
+    first = fetchproxy(tmp_path, "record", "--", "curl", "-sSf", "-o", "a", f"{origin}/file.txt")
+    assert first.returncode == 0, first.stderr
+    previous = lock.read_bytes()
+
+    def failing(*paths: str, keep: bool = False) -> None:
+        build = "; ".join(f"curl -sS -o /dev/null {origin}{path}" for path in paths) + "; exit 5"
+        failed = fetchproxy(
+            tmp_path, "record", *(["--keep"] if keep else []), "--", "sh", "-c", build
+        )
+        assert failed.returncode == 5, failed.stderr
+        assert (
+            "the build failed (exit status 5): fetchproxy.lock.toml is unchanged" in failed.stderr
+        )
+        assert "`fetchproxy lock recover --lock fetchproxy.lock.toml` makes that" in failed.stderr
+        assert lock.read_bytes() == previous  # a failed build does not rewrite the lock
+        assert journal.exists()
+        again = fetchproxy(tmp_path, "record", "--", "true")
+        assert again.returncode == 2  # the journal waits for a decision
+        assert "a record that was interrupted or failed left this journal" in again.stderr
+
+    def urls() -> list[str]:
+        return [
+            line.split('"')[1] for line in lock.read_text().splitlines() if line.startswith("url")
+        ]
+
+    failing("/gone")  # a fresh record: recovering makes the lock what it fetched
+    recovered = fetchproxy(tmp_path, "lock", "recover")
+    assert recovered.returncode == 0, recovered.stderr
+    assert "recovered 1 fetch from fetchproxy.lock.toml.journal\n" in recovered.stdout
+    assert urls() == [f"{origin}/gone"]
+    assert not journal.exists()
+    previous = lock.read_bytes()
+
+    failing("/gone", "/other", keep=True)  # --keep: recovering adds to the lock, removes nothing
+    recovered = fetchproxy(tmp_path, "lock", "recover")
+    assert recovered.returncode == 0, recovered.stderr
+    assert "recovered 1 fetch from fetchproxy.lock.toml.journal on top of its 1 entry (--keep)" in (
+        recovered.stdout
+    )
+    assert urls() == [f"{origin}/gone", f"{origin}/other"]
+
+
+def test_a_build_stopped_by_a_signal_leaves_the_lock(tmp_path: Path, origin: str) -> None:
+    build = f"curl -sSf -o a {origin}/file.txt; kill -INT $$"
+    result = fetchproxy(tmp_path, "record", "--", "sh", "-c", build)
+    assert result.returncode == 128 + signal.SIGINT, result.stderr
+    assert "the build was stopped by SIGINT: fetchproxy.lock.toml is unchanged" in result.stderr
+    assert not (tmp_path / "fetchproxy.lock.toml").exists()
+    assert (tmp_path / "fetchproxy.lock.toml.journal").exists()
+
+
+def test_what_record_cannot_write_or_read_stops_it_before_the_build(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("a file where a directory should be\n")
+    lock = tmp_path / "fetchproxy.lock.toml"
+    cases = [
+        (("--store", str(not_a_dir)), f"cannot create a temp file in {not_a_dir}/tmp"),
+        (("--lock", str(not_a_dir / "app.lock.toml")), f"cannot write {not_a_dir}/app.lock.toml"),
+        (("--log", str(not_a_dir / "log.jsonl")), f"cannot write {not_a_dir}/log.jsonl"),
+    ]
+    for args, message in cases:
+        result = fetchproxy(tmp_path, "record", *args, "--", "touch", "built")
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr
+        assert "Traceback" not in result.stderr
+        assert not (tmp_path / "built").exists()  # the build never ran
+    lock.write_text("version = 1\n")
+    bad_log = ("--log", str(not_a_dir / "log.jsonl"))
+    for mode in ("replay", "record"):  # replay writes its event log too
+        result = fetchproxy(tmp_path, mode, *bad_log, "--", "touch", "built")
+        assert result.returncode == 2, result.stderr
+        assert f"cannot write {not_a_dir}/log.jsonl: " in result.stderr
+        assert "the event log goes elsewhere with --log PATH" in result.stderr
+        assert not (tmp_path / "built").exists()
+    for text, message in (
+        ("version = 2\n", "fetchproxy.lock.toml:1: version: unknown lock version 2"),
+        ("version = 1\n[[fetch]\n", "fetchproxy.lock.toml:2"),
+    ):
+        lock.write_text(text)
+        result = fetchproxy(tmp_path, "record", "--", "touch", "built")
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr
+        assert "record does not overwrite a lock it cannot read" in result.stderr
+        assert lock.read_text() == text
+        assert not (tmp_path / "built").exists()
 
 
 def test_bad_lock_is_exit_2_naming_file_and_line(tmp_path: Path) -> None:
@@ -140,7 +234,7 @@ def test_a_build_is_required(tmp_path: Path) -> None:
     assert "needs a build: fetchproxy record -- BUILD..." in result.stderr
 
 
-def test_sigterm_is_forwarded_to_the_build_and_the_lock_is_written(
+def test_sigterm_is_forwarded_to_the_build_and_the_lock_is_left_as_it_was(
     tmp_path: Path, origin: str
 ) -> None:
     before = namespaces_and_veths()
@@ -171,6 +265,7 @@ def test_sigterm_is_forwarded_to_the_build_and_the_lock_is_written(
             process.communicate()
     assert process.returncode == 7, err
     assert "build got TERM" in out
-    assert "fetchproxy: recorded 1 fetch" in err
-    assert f'url = "{origin}/file.txt"' in (tmp_path / "fetchproxy.lock.toml").read_text()
+    assert "fetchproxy: recorded 1 fetch (2.1 KiB) for fetchproxy.lock.toml" in err
+    assert not (tmp_path / "fetchproxy.lock.toml").exists()  # an interrupted record writes none
+    assert f'"url": "{origin}/file.txt"' in (tmp_path / "fetchproxy.lock.toml.journal").read_text()
     assert namespaces_and_veths() == before

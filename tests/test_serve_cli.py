@@ -205,6 +205,8 @@ def test_a_port_in_use_is_a_clear_error(env: Env, serve: StartServe) -> None:
         f"address ('127.0.0.1', {port}): address already in use — another program listens "
         "there; choose another port (0 picks a free one)\n"
     )
+    assert not env.lock.exists()
+    assert not env.lock.with_name(env.lock.name + ".journal").exists()  # no stale journal
 
 
 def test_a_bad_lock_is_named_with_its_line_and_nothing_listens(env: Env, serve: StartServe) -> None:

@@ -174,3 +174,16 @@ def test_an_empty_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     (tmp_path / "empty").mkdir()
     assert run_store(parse_cli("store", "verify", "--store", str(tmp_path / "empty"))) == 0
     assert capsys.readouterr().out.endswith("summary: 0 blobs checked (0 B), all intact\n")
+
+
+def test_a_repair_the_store_refuses_is_an_error_naming_why(store: DiskStore) -> None:
+    bad = digest_bytes(BAD)
+    damage(store, bad)
+    (store.root / "corrupt").write_text("a file where --repair puts corrupt blobs\n")
+    with pytest.raises(StoreError) as caught:
+        verify(store, "--repair")
+    assert str(caught.value) == (
+        f"cannot move {store.blob_path(bad)} aside into {store.root}/corrupt: File exists "
+        f"({store.root}/corrupt) — --repair needs write access to the store"
+    )
+    assert store.blob_path(bad).exists()  # left where it was

@@ -323,6 +323,10 @@ class Store(ABC):
     def blob_path(self, digest: Digest) -> Path | None:
         """The file holding ``digest`` if the store has files (for zero-copy serving)."""
 
+    @abstractmethod
+    def check_writable(self) -> None:
+        """``StoreError`` if new blobs could not be written (a read-only store), else nothing."""
+
     def put(self, data: bytes) -> Digest:
         """Store ``data`` and return its digest."""
         with self.writer() as writer:

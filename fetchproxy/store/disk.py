@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from fetchproxy.atomicfile import fsync_dir
+from fetchproxy.atomicfile import fsync_dir, probe_writable
 from fetchproxy.digest import ALGORITHM, Digest
 from fetchproxy.store.base import (
     BlobReader,
@@ -137,6 +137,14 @@ class DiskStore(Store):
 
     def writer(self) -> DiskBlobWriter:
         return DiskBlobWriter(self)
+
+    def check_writable(self) -> None:
+        """Make a temp file where writers do and remove it; ``StoreError`` saying why not."""
+        try:
+            _ensure_dir(self.temp_dir)
+            probe_writable(self.temp_dir)
+        except OSError as exc:
+            raise _store_error(f"create a temp file in {self.temp_dir}", exc) from exc
 
     def open(self, digest: Digest, *, chunk_size: int = 1 << 20) -> BlobReader:
         path = self.blob_path(digest)

@@ -28,6 +28,9 @@ class MemoryStore(Store):
     def writer(self) -> MemoryBlobWriter:
         return MemoryBlobWriter(self)
 
+    def check_writable(self) -> None:
+        """Memory always takes new blobs."""
+
     def open(self, digest: Digest, *, chunk_size: int = 1 << 20) -> BlobReader:
         data = self._get(digest)
         return BlobReader(

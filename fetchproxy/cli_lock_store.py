@@ -120,8 +120,8 @@ def add_store_parser(subparsers: Subparsers[ParserT]) -> None:
         "--grace",
         type=parse_duration,
         default=None,
-        metavar="SECONDS",
-        help="keep anything written more recently than this (default 1 h; also 30m, 2h, 7d)",
+        metavar="DURATION",
+        help="keep anything written more recently than this: seconds, or 30m, 2h, 7d (default 1h)",
     )
     add_store_option(gc)
     verify_summary = "rehash every blob in the store; report (and --repair) corrupt ones"

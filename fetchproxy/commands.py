@@ -79,6 +79,11 @@ def ca_path() -> int:
 def lock_verify(args: argparse.Namespace) -> int:
     lock = load_lock(args.lock)
     store = open_store(args.store)
+    if lock.fetches and not store.root.is_dir():
+        raise FetchproxyError(
+            f"{store.root}: no store here — point --store or FETCHPROXY_STORE at the store "
+            f"{args.lock} was recorded into"
+        )
     not_normal = normal_form_problems(lock, str(args.lock))
     for problem in not_normal:
         print(f"fetchproxy: {problem}", file=sys.stderr)
@@ -87,9 +92,12 @@ def lock_verify(args: argparse.Namespace) -> int:
     for digest in sorted(lock.digests()):
         try:
             store.verify(digest)
-        except (MissingBlobError, CorruptBlobError) as exc:
+        except MissingBlobError as exc:
             problems += 1
-            print(f"fetchproxy: {exc}", file=sys.stderr)
+            print(f"fetchproxy: missing: {digest} (no file {exc.path})", file=sys.stderr)
+        except CorruptBlobError as exc:
+            problems += 1
+            print(f"fetchproxy: corrupt: {exc.path}: hashes to {exc.actual}", file=sys.stderr)
         else:
             intact.add(digest)
     wrong_size = 0
@@ -110,6 +118,12 @@ def lock_verify(args: argparse.Namespace) -> int:
         if not_normal:
             found.append(f"{counted(len(not_normal), 'url', 'urls')} not in normal form")
         print(f"fetchproxy: {args.lock}: {'; '.join(found)}", file=sys.stderr)
+        if problems:
+            print(
+                "fetchproxy: record again to fetch missing bodies; "
+                "`fetchproxy store verify --repair` first moves corrupt ones aside",
+                file=sys.stderr,
+            )
         return 1
     print(f"fetchproxy: {args.lock}: {len(lock)} fetches, {blobs} bodies, all intact")
     return 0

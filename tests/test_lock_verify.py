@@ -8,6 +8,7 @@ import pytest
 
 from fetchproxy import commands
 from fetchproxy.digest import digest_bytes
+from fetchproxy.errors import FetchproxyError
 from fetchproxy.lock import Fetch, Lock
 from fetchproxy.lockfile import write_lock
 from fetchproxy.store import DiskStore
@@ -58,7 +59,8 @@ def test_a_missing_body_and_a_size_the_blob_does_not_have_are_named(
     write_lock(lock, Lock.from_fetches(fetches))
     assert verify(lock, store) == 1
     err = capsys.readouterr().err
-    assert f"blob {digest_bytes(b'gone')} is missing from the store" in err
+    gone = digest_bytes(b"gone")
+    assert f"fetchproxy: missing: {gone} (no file {store.blob_path(gone)})\n" in err
     assert (
         f"fetchproxy: {lock}: GET https://example.org/a has size = {len(BODY) + 1}, but its "
         f"blob {digest_bytes(BODY)} is {len(BODY)} bytes: replay answers it 502 store-error — "
@@ -66,6 +68,8 @@ def test_a_missing_body_and_a_size_the_blob_does_not_have_are_named(
     ) in err
     assert err.endswith(
         f"fetchproxy: {lock}: 1 of 3 bodies missing or corrupt; 1 entry with the wrong size\n"
+        "fetchproxy: record again to fetch missing bodies; `fetchproxy store verify --repair` "
+        "first moves corrupt ones aside\n"
     )
 
 
@@ -86,3 +90,19 @@ def test_a_url_replay_could_never_match_is_named_without_its_secret(
     assert f"fetchproxy: {lock}: fetch[0] url has a secret query parameter (token)" in err
     assert "s3cret-value" not in err
     assert err.endswith(f"fetchproxy: {lock}: 1 url not in normal form\n")
+
+
+def test_a_corrupt_body_is_named_and_a_store_that_is_not_there_is_said_so(
+    tmp_path: Path, store: DiskStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lock = tmp_path / "fetchproxy.lock.toml"
+    write_lock(lock, Lock.from_fetches([entry("a", BODY), entry("b", OTHER)]))
+    path = store.blob_path(digest_bytes(BODY))
+    path.chmod(0o644)
+    damaged = b"A recorded body\n"
+    path.write_bytes(damaged)
+    assert verify(lock, store) == 1
+    err = capsys.readouterr().err
+    assert f"fetchproxy: corrupt: {path}: hashes to {digest_bytes(damaged)}\n" in err
+    with pytest.raises(FetchproxyError, match=r"/elsewhere: no store here — point --store"):
+        verify(lock, DiskStore(tmp_path / "elsewhere"))

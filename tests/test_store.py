@@ -153,7 +153,8 @@ class TestStoreConformance:
         actual = digest_bytes(damaged)
         assert str(caught.value) == (
             f"corrupt blob in {where(store, digest)}: expected {digest}, got {actual}; "
-            f"it will not be served. Delete it and record again — {HINT}"
+            "it will not be served. `fetchproxy store verify --repair` moves it aside, then "
+            f"record again — {HINT}"
         )
         assert (caught.value.expected, caught.value.actual) == (digest, actual)
         assert caught.value.path == store.blob_path(digest)

@@ -56,8 +56,8 @@ class CorruptBlobError(StoreError):
         """A blob in the store whose bytes changed after it was written."""
         return cls(
             f"corrupt blob in {_place(path)}: expected {expected}, got {actual}; "
-            "it will not be served. "
-            f"Delete it and record again — {_VERIFY_HINT}",
+            "it will not be served. `fetchproxy store verify --repair` moves it aside, then "
+            f"record again — {_VERIFY_HINT}",
             expected=expected,
             actual=actual,
             path=path,

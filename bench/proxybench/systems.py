@@ -243,6 +243,7 @@ http {{
 
         ``http2`` adds ``--http2`` (replay then runs on mitmproxy instead of the direct server);
         ``source`` runs the fetchproxy of that source tree (a checkout) instead of this one.
+        ``upstream_ca`` (the origin's CA) is passed to record only.
         """
         env = clean_env()
         env["XDG_DATA_HOME"] = str(data_home)
@@ -250,7 +251,9 @@ http {{
             env["PYTHONPATH"] = str(source)
         argv = [sys.executable, "-m", "fetchproxy", "serve", mode, "--listen", f"{LOOPBACK}:0"]
         argv += ["--lock", str(lock), "--store", str(store), "--log", str(lock) + ".events"]
-        argv += ["--upstream-ca", str(upstream_ca), *(["--http2"] if http2 else [])]
+        if mode == "record":  # replay connects to nothing upstream
+            argv += ["--upstream-ca", str(upstream_ca)]
+        argv += ["--http2"] if http2 else []
         return self.start_announcing(name, argv, env=env, prefix="fetchproxy: listening on ")
 
     def start_mitmdump(

@@ -18,7 +18,7 @@ from addons import flows
 from addons.answers import LockAnswers
 from fetchproxy.atomicfile import probe_writable, write_error
 from fetchproxy.errors import FetchproxyError
-from fetchproxy.eventlog import EventLog, default_log_path
+from fetchproxy.eventlog import EventLog, check_writable_log, default_log_path
 from fetchproxy.journal import Journal, journal_path
 from fetchproxy.lock import Fetch, Lock
 from fetchproxy.lockfile import LockFileError, load_lock, write_lock
@@ -44,15 +44,23 @@ _UNSTORED = "fetchproxy.unstored"
 
 
 class _Tee:
-    """mitmproxy's stream callable: every raw body chunk goes to the store, then on."""
+    """mitmproxy's stream callable: every raw body chunk goes to the store, then on.
+
+    A chunk the store cannot take (a full disk) ends the storing, never the answer: the
+    client still gets every byte, and ``failure`` says why this fetch is not recorded.
+    """
 
     def __init__(self, writer: BlobWriter) -> None:
         self.writer = writer
         self.chunks = 0
+        self.failure: StoreError | None = None
 
     def __call__(self, chunk: bytes) -> bytes:
-        if chunk:
-            self.writer.update(chunk)
+        if chunk and self.failure is None:
+            try:
+                self.writer.update(chunk)
+            except StoreError as exc:
+                self.failure = exc  # update() aborted the writer
             self.chunks += 1
         return chunk
 
@@ -91,6 +99,7 @@ class Record:
         self.stats = RecordStats()
         self.journal: Journal | None = None
         self.events = EventLog(None)
+        self.log_path: Path | None = None
         self.secret_params = secret_params
         self.lock_written = False
         self._pending: set[str] = set()
@@ -126,9 +135,8 @@ class Record:
             if "record_lock" in updated or "record_log" in updated:
                 self.lock_path = Path(ctx.options.record_lock)
                 self._check_lock_directory()
-                log_path = Path(ctx.options.record_log or default_log_path(self.lock_path))
-                self.events.close()
-                self.events = EventLog(log_path)
+                self.log_path = Path(ctx.options.record_log or default_log_path(self.lock_path))
+                check_writable_log(self.log_path)
             if "record_store" in updated and self._given_store is None:
                 self.store = open_store(ctx.options.record_store)
             if updated & {"record_lock", "record_store"} and self.store is not None:
@@ -155,11 +163,16 @@ class Record:
             return load_lock(self.lock_path)
         except LockFileError as exc:
             raise exceptions.OptionsError(
-                f"{exc} — record does not overwrite a lock it cannot read: fix it "
-                "(`fetchproxy lock fmt` after a merge), or move it aside to record afresh"
+                f"{exc} (record does not overwrite a lock it cannot read: to record afresh, "
+                "move it aside first)"
             ) from None
 
     async def running(self) -> None:
+        # Opened now, not in configure: mitmproxy configures again with its defaults after an
+        # option is refused, and that must not truncate the log beside a default lock.
+        if self.events.path != self.log_path:
+            self.events.close()
+            self.events = EventLog(self.log_path)
         if self.keep and self.answers is None and self.store is not None:
             self.answers = LockAnswers(self.store)
             await self.answers.start()
@@ -244,7 +257,10 @@ class Record:
                 self.stats.passed += 1
             return
         if tee.chunks == 0 and response.raw_content:
-            tee.writer.update(response.raw_content)  # a body mitmproxy did not stream
+            tee(response.raw_content)  # a body mitmproxy did not stream
+        if tee.failure is not None:
+            self._unstored(flow, key, tee.failure)
+            return
         size = tee.writer.size
         try:
             digest = await asyncio.to_thread(tee.writer.commit)

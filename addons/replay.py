@@ -18,7 +18,7 @@ from mitmproxy.proxy import server_hooks
 from addons import flows
 from addons.answers import LockAnswers
 from fetchproxy.atomicfile import WriteError
-from fetchproxy.eventlog import EventLog, default_log_path
+from fetchproxy.eventlog import EventLog, check_writable_log, default_log_path
 from fetchproxy.lock import Lock
 from fetchproxy.lockfile import LockFileError, load_lock
 from fetchproxy.normalize import DEFAULT_SECRET_PARAMS, InvalidURLError, RequestKey
@@ -57,6 +57,7 @@ class Replay:
         self.book = ReplayBook(Lock(), Path("fetchproxy.lock.toml"), EventLog(None))
         self.secret_params = secret_params
         self.answers: LockAnswers | None = None
+        self.log_path: Path | None = None
 
     def load(self, loader: addonmanager.Loader) -> None:
         loader.add_option("replay_lock", str, "fetchproxy.lock.toml", "The lock to replay.")
@@ -86,14 +87,18 @@ class Replay:
             except MissingBodiesError as exc:
                 raise exceptions.OptionsError(str(exc)) from None
         if updated & {"replay_lock", "replay_log"}:
-            log_path = Path(ctx.options.replay_log or default_log_path(book.lock_path))
-            book.events.close()
+            self.log_path = Path(ctx.options.replay_log or default_log_path(book.lock_path))
             try:
-                book.events = EventLog(log_path)
+                check_writable_log(self.log_path)
             except WriteError as exc:
                 raise exceptions.OptionsError(str(exc)) from None
 
     async def running(self) -> None:
+        # Opened now, not in configure: mitmproxy configures again with its defaults after an
+        # option is refused, and that must not truncate the log beside a default lock.
+        if self.book.events.path != self.log_path:
+            self.book.events.close()
+            self.book.events = EventLog(self.log_path)
         if self.answers is None and self.store is not None:
             self.answers = LockAnswers(self.store)
             await self.answers.start()

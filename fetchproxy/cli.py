@@ -129,9 +129,12 @@ def _upstream_ca(value: str) -> Path:
     try:
         x509.load_pem_x509_certificates(pem)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{value}: no PEM certificate in it (give the CA certificate of the origin)"
-        ) from None
+        # OpenSSL's own "TRUSTED CERTIFICATE" blocks (a distribution's trust bundle) are
+        # certificates too: mitmproxy and Python's ssl load them, cryptography does not.
+        if b"-----BEGIN TRUSTED CERTIFICATE-----" not in pem:
+            raise argparse.ArgumentTypeError(
+                f"{value}: no PEM certificate in it (give the CA certificate of the origin)"
+            ) from None
     return path
 
 

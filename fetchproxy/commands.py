@@ -10,7 +10,7 @@ from fetchproxy.atomicfile import write_error
 from fetchproxy.ca import ensure_persistent_ca, persistent_ca_dir
 from fetchproxy.config import config_path_for, load_config
 from fetchproxy.errors import FetchproxyError
-from fetchproxy.journal import journal_keeps, journal_path, read_journal
+from fetchproxy.journal import journal_mode, journal_path, read_journal
 from fetchproxy.lock import DuplicateFetchError, Lock
 from fetchproxy.lockfile import load_lock, normal_form_problems, write_lock
 from fetchproxy.sizes import counted
@@ -84,7 +84,8 @@ def lock_verify(args: argparse.Namespace) -> int:
             f"{store.root}: no store here — point --store or FETCHPROXY_STORE at the store "
             f"{args.lock} was recorded into"
         )
-    not_normal = normal_form_problems(lock, str(args.lock))
+    secret_params = load_config(config_path_for(args.lock)).secret_params
+    not_normal = normal_form_problems(lock, str(args.lock), secret_params=secret_params)
     for problem in not_normal:
         print(f"fetchproxy: {problem}", file=sys.stderr)
     problems = 0
@@ -155,7 +156,8 @@ def lock_recover(args: argparse.Namespace) -> int:
             f"fetchproxy: {args.lock}: {journal} held no fetch; removed it, the lock is unchanged"
         )
         return 0
-    keep = journal_keeps(journal)
+    mode = journal_mode(journal)
+    keep = mode != "fresh"  # an older journal does not say: adding to the lock drops nothing
     entries = {}
     if keep and args.lock.exists():
         entries = {fetch.key: fetch for fetch in load_lock(args.lock).fetches}
@@ -167,7 +169,8 @@ def lock_recover(args: argparse.Namespace) -> int:
         raise FetchproxyError(str(exc)) from None
     _write(args.lock, lock)
     journal.unlink()
-    onto = f" on top of its {counted(kept, 'entry', 'entries')} (--keep)" if keep else ""
+    why = "--keep" if mode == "keep" else "an older journal: nothing is removed"
+    onto = f" on top of its {counted(kept, 'entry', 'entries')} ({why})" if keep else ""
     print(
         f"fetchproxy: {args.lock}: recovered {counted(len(latest), 'fetch', 'fetches')} "
         f"from {journal}{onto}"

@@ -8,11 +8,13 @@ other than the recorded ones appear.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 from typing import IO, Self
 
-from fetchproxy.atomicfile import write_error
+from fetchproxy.atomicfile import probe_writable, write_error
 from fetchproxy.lock import Fetch
 from fetchproxy.normalize import RequestKey
 
@@ -36,6 +38,19 @@ def key_fields(key: RequestKey) -> dict[str, str]:
     return fields
 
 
+def check_writable_log(path: Path) -> None:
+    """``WriteError`` unless an event log could be made at ``path`` (nothing is truncated)."""
+    try:
+        probe_writable(path.parent)
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    except OSError as exc:
+        raise write_error(path, exc, _FIX) from None
+
+
+_FIX = "the event log goes elsewhere with --log PATH"
+
+
 class EventLog:
     """Appends events to a JSON-lines file; also counts them for the end-of-run summary."""
 
@@ -48,8 +63,7 @@ class EventLog:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 self._file = path.open("w", encoding="utf-8", buffering=1)
             except OSError as exc:
-                fix = "the event log goes elsewhere with --log PATH"
-                raise write_error(path, exc, fix) from None
+                raise write_error(path, exc, _FIX) from None
 
     def emit(self, event: str, **fields: object) -> None:
         """Write one event line: ``{"event": event, ...fields}``."""

@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Self
+from typing import IO, Literal, Self
 
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.lock import Fetch, LockFieldError
@@ -71,15 +71,18 @@ class Journal:
         self.close(remove=False)
 
 
-def journal_keeps(path: Path) -> bool:
-    """Whether the run that wrote the journal at ``path`` kept the existing lock (``--keep``)."""
+def journal_mode(path: Path) -> Literal["fresh", "keep", "older"]:
+    """How the run that wrote the journal at ``path`` recorded: afresh, ``--keep`` (adding to
+    the existing lock), or unknown: a journal from before the first line said."""
     with path.open(encoding="utf-8") as file:
         first = file.readline()
     try:
         header = json.loads(first)
     except json.JSONDecodeError:
-        return False
-    return isinstance(header, dict) and _HEADER in header and header.get("keep") is True
+        return "older"
+    if not (isinstance(header, dict) and _HEADER in header):
+        return "older"
+    return "keep" if header.get("keep") is True else "fresh"
 
 
 def read_journal(path: Path) -> Iterator[Fetch]:

@@ -331,8 +331,10 @@ class _Connection(asyncio.Protocol):
         self._quiet_sweeps += 1
         if self._quiet_sweeps >= _IDLE_CHECKS:
             logger.debug("replay: closing a connection idle for %.0f s", self.server.idle_timeout)
-            if self._write_blocked():
-                self.abort()  # the client stopped reading: nothing will flush
+            transport = self.transport
+            unsent = transport is not None and transport.get_write_buffer_size() > 0
+            if unsent or self._state == "closed":
+                self.abort()  # the client stopped reading: what is buffered will never flush
             else:
                 self._close()
 

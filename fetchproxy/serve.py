@@ -12,6 +12,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
+from fetchproxy.atomicfile import write_error
 from fetchproxy.runs import make_run
 from fetchproxy.settings import ProxySettings
 from fetchproxy.summary import lock_changes, record_summary, replay_summary
@@ -59,11 +60,16 @@ def finish(run: Run, *, build_status: int = 0) -> int:
     if record is not None:
         why = _why_the_lock_stays(record, build_status)
         if why is None:
-            record.write_lock()
-            print(record_summary(record, lock=lock), file=sys.stderr)
-            if record.previous is not None:
-                print(lock_changes(record.previous, record.new_lock(), lock=lock), file=sys.stderr)
-            return 0
+            try:
+                record.write_lock()
+            except OSError as exc:
+                why = str(write_error(lock, exc, "the lock could not be written"))
+            else:
+                print(record_summary(record, lock=lock), file=sys.stderr)
+                if record.previous is not None:
+                    changes = lock_changes(record.previous, record.new_lock(), lock=lock)
+                    print(changes, file=sys.stderr)
+                return 0
         journal = record.abandon()
         print(record_summary(record, lock=lock, written=False), file=sys.stderr)
         print(f"fetchproxy: {why}: {lock} is unchanged", file=sys.stderr)
@@ -91,7 +97,11 @@ def finish(run: Run, *, build_status: int = 0) -> int:
 def _why_the_lock_stays(record: Record, build_status: int) -> str | None:
     """Why this record must not write its lock (None: it may)."""
     if build_status < 0:
-        return f"the build was stopped by {signal.Signals(-build_status).name}"
+        try:
+            name = signal.Signals(-build_status).name
+        except ValueError:  # a real-time signal has no name
+            name = f"signal {-build_status}"
+        return f"the build was stopped by {name}"
     if build_status > 0:
         return f"the build failed (exit status {build_status})"
     if record.stats.unstored:

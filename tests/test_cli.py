@@ -294,6 +294,14 @@ def test_upstream_ca_takes_a_file_with_a_key_beside_the_certificate(tmp_path: Pa
     assert parse_cli("serve", "record", "--upstream-ca", str(both)).upstream_ca == [both]
 
 
+def test_upstream_ca_takes_openssl_trusted_certificates(tmp_path: Path) -> None:
+    """A distribution's trust bundle may hold OpenSSL's TRUSTED CERTIFICATE blocks only."""
+    pem = generate_ca("origin CA").cert_pem.replace(b" CERTIFICATE-", b" TRUSTED CERTIFICATE-")
+    trusted = tmp_path / "ca-bundle.trust.crt"
+    trusted.write_bytes(pem)
+    assert parse_cli("record", "--upstream-ca", str(trusted), "--", "make").upstream_ca == [trusted]
+
+
 @pytest.mark.parametrize("content", ["key", "text", "empty", "broken"])
 def test_upstream_ca_without_a_certificate_is_a_usage_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str

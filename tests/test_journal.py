@@ -13,7 +13,7 @@ import pytest
 from fetchproxy import commands
 from fetchproxy.atomicfile import WriteError
 from fetchproxy.digest import digest_bytes
-from fetchproxy.journal import Journal, JournalError, journal_keeps, journal_path, read_journal
+from fetchproxy.journal import Journal, JournalError, journal_mode, journal_path, read_journal
 from fetchproxy.lock import Fetch, Lock
 from fetchproxy.lockfile import load_lock, write_lock
 from tests.conftest import parse_cli
@@ -80,12 +80,12 @@ def test_the_journal_is_made_with_its_first_fetch_and_says_whether_the_run_keeps
         journal.append(fetch(1))
         journal.close(remove=False)
         assert path.read_text().splitlines()[0] == f'{{"journal": 1, "keep": {str(keep).lower()}}}'
-        assert journal_keeps(path) is keep
+        assert journal_mode(path) == ("keep" if keep else "fresh")
         assert list(read_journal(path)) == [fetch(1)]
     older = tmp_path / "older.journal"  # before the first line said how the run recorded
     older.write_text(json.dumps(fetch(2).to_dict()) + "\n")
     assert list(read_journal(older)) == [fetch(2)]
-    assert not journal_keeps(older)
+    assert journal_mode(older) == "older"
 
 
 def test_recovering_a_journal_without_a_fetch_leaves_the_lock(tmp_path: Path) -> None:
@@ -120,3 +120,17 @@ def test_a_lock_recover_cannot_write_is_an_error_and_keeps_the_journal(
     unchanged = "Read-only file system — the lock is unchanged"
     assert str(caught.value) == f"cannot write {lock}: {unchanged}"
     assert journal_path(lock).exists()
+
+
+def test_an_older_journal_is_recovered_onto_the_lock_dropping_nothing(tmp_path: Path) -> None:
+    lock = tmp_path / "fetchproxy.lock.toml"
+    write_lock(lock, Lock.from_fetches([fetch(1), fetch(2)]))
+    # a journal from before its first line said how the run recorded: maybe a --keep run
+    journal_path(lock).write_text(json.dumps(fetch(3).to_dict()) + "\n")
+    result = recover(lock)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (
+        f"fetchproxy: {lock}: recovered 1 fetch from {journal_path(lock)} on top of its "
+        "2 entries (an older journal: nothing is removed)\n"
+    )
+    assert [f.url for f in load_lock(lock).fetches] == [fetch(n).url for n in (1, 2, 3)]

@@ -77,13 +77,7 @@ def test_a_url_replay_could_never_match_is_named_without_its_secret(
     tmp_path: Path, store: DiskStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lock = tmp_path / "fetchproxy.lock.toml"
-    edited = Fetch(
-        method="GET",
-        url="https://example.org/a?token=s3cret-value",
-        status=200,
-        digest=digest_bytes(BODY),
-        size=len(BODY),
-    )
+    edited = entry("a?token=s3cret-value", BODY)
     write_lock(lock, Lock.from_fetches([edited, entry("b", OTHER)]))
     assert verify(lock, store) == 1
     err = capsys.readouterr().err
@@ -106,3 +100,18 @@ def test_a_corrupt_body_is_named_and_a_store_that_is_not_there_is_said_so(
     assert f"fetchproxy: corrupt: {path}: hashes to {digest_bytes(damaged)}\n" in err
     with pytest.raises(FetchproxyError, match=r"/elsewhere: no store here — point --store"):
         verify(lock, DiskStore(tmp_path / "elsewhere"))
+
+
+def test_a_secret_parameter_of_the_project_config_is_named_too(
+    tmp_path: Path, store: DiskStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lock = tmp_path / "fetchproxy.lock.toml"
+    edited = entry("a?session=s3cret-value", BODY)
+    write_lock(lock, Lock.from_fetches([edited]))
+    assert verify(lock, store) == 0  # not a secret by default
+    capsys.readouterr()
+    (tmp_path / "fetchproxy.toml").write_text('[fetchproxy]\nsecret-params = ["session"]\n')
+    assert verify(lock, store) == 1
+    err = capsys.readouterr().err
+    assert "fetch[0] url has a secret query parameter (session)" in err
+    assert "s3cret-value" not in err

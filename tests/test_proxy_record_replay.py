@@ -23,7 +23,7 @@ from fetchproxy.digest import digest_bytes
 from fetchproxy.journal import journal_path, read_journal
 from fetchproxy.lock import Fetch, Lock
 from fetchproxy.lockfile import load_lock
-from fetchproxy.store import DiskBlobWriter, DiskStore
+from fetchproxy.store import DiskBlobWriter, DiskStore, StoreError
 from tests.conftest import (
     REPLAY_ENGINES,
     Fetched,
@@ -529,3 +529,51 @@ def test_an_answer_the_store_cannot_keep_is_loud_and_leaves_the_lock(
     assert f"1 answer(s) could not be stored: {rig.paths.lock} is unchanged" in err
     events = read_events(rig.paths.log)
     assert [(e["event"], e["url"]) for e in events] == [("unstored", url)]
+
+
+class _FillsUpWriter(DiskBlobWriter):
+    """The disk fills up after the first chunk of a body."""
+
+    def _write(self, chunk: bytes) -> None:
+        if self.size:  # as DiskBlobWriter reports an OSError of its own
+            raise StoreError(f"cannot write to {self.temp_path}: No space left on device")
+        super()._write(chunk)
+
+
+class _FillsUp(DiskStore):
+    def writer(self) -> DiskBlobWriter:
+        return _FillsUpWriter(self)
+
+
+def test_a_disk_that_fills_up_mid_body_still_answers_the_client_and_leaves_the_lock(
+    rig: Rig, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = rig.start("record", store=_FillsUp(rig.paths.store))
+    got = rig.get(recorder, "/medium.bin")
+    assert (got.status, got.body) == (200, MEDIUM)  # every byte, although none was stored
+    assert recorder.stop() == 1
+    assert not rig.paths.lock.exists()
+    assert "No space left on device" in caplog.text
+    assert (
+        f"1 answer(s) could not be stored: {rig.paths.lock} is unchanged" in capfd.readouterr().err
+    )
+    assert list(DiskStore(rig.paths.store).digests()) == []
+    assert [t.path for t in DiskStore(rig.paths.store).temp_files()] == []
+
+
+def test_a_lock_that_cannot_be_written_at_the_end_keeps_the_journal(
+    rig: Rig, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import addons.record
+
+    def full(path: Path, lock: Lock) -> bool:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(addons.record, "write_lock", full)
+    recorder = rig.start("record")
+    assert rig.get(recorder, "/small.txt").status == 200
+    assert recorder.stop() == 1
+    err = capfd.readouterr().err
+    assert f"cannot write {rig.paths.lock}: No space left on device" in err
+    assert f"what it recorded is in {journal_path(rig.paths.lock)}" in err
+    assert len(list(read_journal(journal_path(rig.paths.lock)))) == 1

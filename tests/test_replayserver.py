@@ -490,3 +490,24 @@ def test_a_client_that_stops_reading_is_cut_off_after_the_idle_timeout(
     assert got < count
     assert served.proxy.stop() == 0
     assert served.proxy.replay.stats.served < count + 1
+
+
+def test_a_client_that_stops_reading_below_the_high_water_mark_is_cut_off_too(
+    short_idle: float, served: Served
+) -> None:
+    run = served.proxy.run
+    assert isinstance(run, DirectReplayRun)
+    assert run.server is not None
+    client = Client(served)
+    client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.tunnel()
+    (connection,) = run.server.connections
+    assert connection.transport is not None
+    for _ in range(400):  # one request at a time until answers back up behind the socket
+        client.send(get("/medium"))
+        time.sleep(0.02)
+        if connection.transport.get_write_buffer_size() > 0:
+            break
+    assert 0 < connection.transport.get_write_buffer_size() < 4 * 1024 * 1024
+    time.sleep(4 * short_idle)
+    assert run.server.connections == set()  # not left closing forever with unsent bytes

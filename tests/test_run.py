@@ -183,6 +183,12 @@ def test_a_build_stopped_by_a_signal_leaves_the_lock(tmp_path: Path, origin: str
     assert "the build was stopped by SIGINT: fetchproxy.lock.toml is unchanged" in result.stderr
     assert not (tmp_path / "fetchproxy.lock.toml").exists()
     assert (tmp_path / "fetchproxy.lock.toml.journal").exists()
+    (tmp_path / "fetchproxy.lock.toml.journal").unlink()  # to record afresh
+    unnamed = fetchproxy(tmp_path, "record", "--", "sh", "-c", "kill -s 40 $$")
+    assert unnamed.returncode == 128 + 40, unnamed.stderr  # a real-time signal has no name
+    assert "the build was stopped by signal 40: fetchproxy.lock.toml is unchanged" in (
+        unnamed.stderr
+    )
 
 
 def test_what_record_cannot_write_or_read_stops_it_before_the_build(tmp_path: Path) -> None:

@@ -248,3 +248,25 @@ def test_a_listen_address_that_is_not_host_port_is_a_usage_error(env: Env) -> No
         "fetchproxy serve: error: argument --listen: '8080' is not HOST:PORT "
         "(e.g. 127.0.0.1:8080)\n"
     )
+
+
+def test_a_refused_start_leaves_the_files_beside_the_default_lock_alone(tmp_path: Path) -> None:
+    """mitmproxy configures again with its defaults after refusing an option: that second
+    round must not truncate the event log of a lock in the current directory."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "app.lock.toml").write_text("not a lock\n")
+    beside = tmp_path / "fetchproxy.lock.log.jsonl"
+    beside.write_text('{"event": "refused"}\n')
+    for mode in ("record", "replay"):
+        argv = ["serve", mode, "--listen", "127.0.0.1:0", "--lock", "sub/app.lock.toml"]
+        result = subprocess.run(
+            [sys.executable, "-m", "fetchproxy", *argv, "--http2"],  # replay on mitmproxy too
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 2, result.stderr
+        assert "sub/app.lock.toml:1" in result.stderr
+        assert beside.read_text() == '{"event": "refused"}\n'

@@ -1,8 +1,9 @@
 """``fetchproxy record -- BUILD`` and ``fetchproxy replay -- BUILD``: a build in the sandbox.
 
-Per run: a private temporary directory (0700) with a fresh ephemeral CA whose key never leaves
-it; the sandbox (:mod:`fetchproxy.sandbox`), then the proxy, then the build with the proxy and
-CA variables set. Which sandbox (``--sandbox``, :func:`~fetchproxy.sandbox.available_sandbox`):
+Per run: a private temporary directory (0700, ``fetchproxy-run-PID-…``) with a fresh ephemeral
+CA whose key never leaves it (a run killed with SIGKILL cannot remove it: the next run does);
+the sandbox (:mod:`fetchproxy.sandbox`), then the proxy, then the build with the proxy and CA
+variables set. Which sandbox (``--sandbox``, :func:`~fetchproxy.sandbox.available_sandbox`):
 
 - **root**: two network namespaces and a veth pair. The proxy listens in the edge namespace
   (the event-loop thread enters the edge, mitmproxy binds, and the ``running`` hook moves the
@@ -25,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -70,10 +72,38 @@ class RunRequest:
     http2: bool = False
 
 
+RUN_DIR_PREFIX = "fetchproxy-run-"
+
+
 def run_build(request: RunRequest) -> int:
     """Run the build under the proxy; the exit status."""
-    with tempfile.TemporaryDirectory(prefix="fetchproxy-run-") as tmp:
+    remove_stale_run_dirs(Path(tempfile.gettempdir()))
+    with tempfile.TemporaryDirectory(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-") as tmp:
         return asyncio.run(_run(request, Path(tmp)))
+
+
+def remove_stale_run_dirs(parent: Path) -> list[Path]:
+    """Remove the run directories in ``parent`` whose fetchproxy is gone; which were removed.
+
+    A run removes its directory (and the ephemeral CA key in it) itself, unless it was killed
+    with SIGKILL; the directory's name holds the run's PID, so the next run finds it. Only
+    directories of this user whose PID is not running are touched.
+    """
+    removed = []
+    for path in parent.glob(f"{RUN_DIR_PREFIX}*-*"):
+        pid_text = path.name[len(RUN_DIR_PREFIX) :].partition("-")[0]
+        if not pid_text.isascii() or not pid_text.isdigit():
+            continue
+        try:
+            if path.is_symlink() or path.stat().st_uid != os.getuid() or not path.is_dir():
+                continue
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except OSError:  # alive but not ours to signal, or vanished meanwhile
+            continue
+    return removed
 
 
 async def _run(request: RunRequest, tmp: Path) -> int:

@@ -122,6 +122,28 @@ def test_replay_refuses_what_the_lock_lacks_and_exits_3(tmp_path: Path, origin: 
     assert f'"nearest": {{"method": "GET", "url": "{origin}/file.txt"}}' in events
 
 
+def test_a_run_removes_what_a_killed_run_left_in_the_temp_dir(tmp_path: Path) -> None:
+    temp = tmp_path / "tmp"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = temp / f"fetchproxy-run-{gone.pid}-x1y2z3" / "ca"
+    stale.mkdir(parents=True)
+    (stale / "mitmproxy-ca.pem").write_text("a killed run's CA key\n")
+    (tmp_path / "fetchproxy.lock.toml").write_text("version = 1\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "fetchproxy", "replay", "--", "true"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "TMPDIR": str(temp), "FETCHPROXY_STORE": str(tmp_path / "store")},
+    )
+    assert result.returncode == 0, result.stderr
+    assert not stale.parent.exists()
+    assert list(temp.iterdir()) == []  # its own directory is gone too
+
+
 def test_the_builds_own_failure_is_the_exit_status(tmp_path: Path) -> None:
     result = fetchproxy(tmp_path, "record", "--", "sh", "-c", "exit 5")
     assert result.returncode == 5

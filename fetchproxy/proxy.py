@@ -50,6 +50,15 @@ class _StartupErrors(logging.Handler):
         self.messages.append(record.getMessage())
 
 
+def _said_by_the_record_addon(record: logging.LogRecord) -> bool:
+    """mitmproxy's own warning for an origin whose TLS failed: the record addon reports the
+    same failure, with the URL and what to do, so the warning is left out."""
+    return not record.getMessage().startswith("Server TLS handshake failed")
+
+
+_CONNECTION_LOG = "mitmproxy.proxy.server"
+
+
 def upstream_trust_bundle(confdir: Path, extra: Sequence[Path]) -> Path:
     """The certifi and system bundles plus ``extra``, as one file in ``confdir``.
 
@@ -161,6 +170,8 @@ class ProxyRun:
             mitm_log.propagate = True
             self.addresses = listening.result()
             if self.addresses:
+                if s.mode == "record":  # removed in stop()
+                    logging.getLogger(_CONNECTION_LOG).addFilter(_said_by_the_record_addon)
                 return self.addresses
         await self.stop()
         mitm_log.removeHandler(self._errors)
@@ -194,3 +205,4 @@ class ProxyRun:
             with suppress(asyncio.CancelledError):
                 await self._task
         self._master = None
+        logging.getLogger(_CONNECTION_LOG).removeFilter(_said_by_the_record_addon)

@@ -1,7 +1,7 @@
 """``fetchproxy record -- BUILD`` and ``fetchproxy replay -- BUILD``: a build in the sandbox.
 
-Per run: a private temporary directory (0700, ``fetchproxy-run-PID-…``) with a fresh ephemeral
-CA whose key never leaves it (a run killed with SIGKILL cannot remove it: the next run does);
+Per run: a private temporary directory (0700, ``fetchproxy-run-…``) with a fresh ephemeral CA
+whose key never leaves it (a run killed with SIGKILL cannot remove it: the next run does);
 the sandbox (:mod:`fetchproxy.sandbox`), then the proxy, then the build with the proxy and CA
 variables set. Which sandbox (``--sandbox``, :func:`~fetchproxy.sandbox.available_sandbox`):
 
@@ -24,13 +24,16 @@ Exit status: the build's own when it failed; else 3 when replay refused anything
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import fcntl
 import os
 import shutil
 import signal
+import stat
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -73,36 +76,60 @@ class RunRequest:
 
 
 RUN_DIR_PREFIX = "fetchproxy-run-"
+RUN_LOCK = ".run-lock"
+"""A file in a run's directory that the run holds an ``flock`` on for as long as it lives."""
 
 
 def run_build(request: RunRequest) -> int:
     """Run the build under the proxy; the exit status."""
     remove_stale_run_dirs(Path(tempfile.gettempdir()))
-    with tempfile.TemporaryDirectory(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=RUN_DIR_PREFIX) as tmp, hold_run_dir(Path(tmp)):
         return asyncio.run(_run(request, Path(tmp)))
 
 
+@contextlib.contextmanager
+def hold_run_dir(directory: Path) -> Iterator[None]:
+    """Hold ``directory`` as a live run's: an ``flock`` the kernel drops when the run dies.
+
+    The lock file is locked under a temp name and then renamed into place, so a sweeping run
+    never finds it unlocked while this run lives.
+    """
+    fd, name = tempfile.mkstemp(dir=directory, prefix=".run-lock-")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        Path(name).rename(directory / RUN_LOCK)
+        yield
+    finally:
+        os.close(fd)
+
+
 def remove_stale_run_dirs(parent: Path) -> list[Path]:
-    """Remove the run directories in ``parent`` whose fetchproxy is gone; which were removed.
+    """Remove the run directories in ``parent`` whose run is gone; which were removed.
 
     A run removes its directory (and the ephemeral CA key in it) itself, unless it was killed
-    with SIGKILL; the directory's name holds the run's PID, so the next run finds it. Only
-    directories of this user whose PID is not running are touched.
+    with SIGKILL. A run holds an ``flock`` on its directory's lock file while it lives (the
+    kernel drops it when the process dies, whatever its PID namespace), so a directory whose
+    lock can be taken is left over. Only this user's directories are touched; one without a
+    lock file (being made, or from an older fetchproxy) is left alone.
     """
     removed = []
-    for path in parent.glob(f"{RUN_DIR_PREFIX}*-*"):
-        pid_text = path.name[len(RUN_DIR_PREFIX) :].partition("-")[0]
-        if not pid_text.isascii() or not pid_text.isdigit():
+    for path in parent.glob(f"{RUN_DIR_PREFIX}*"):
+        try:
+            info = path.lstat()
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                continue
+            fd = os.open(path / RUN_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
             continue
         try:
-            if path.is_symlink() or path.stat().st_uid != os.getuid() or not path.is_dir():
-                continue
-            os.kill(int(pid_text), 0)
-        except ProcessLookupError:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: the run is alive
+            continue
+        else:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
-        except OSError:  # alive but not ours to signal, or vanished meanwhile
-            continue
+        finally:
+            os.close(fd)
     return removed
 
 

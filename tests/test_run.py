@@ -124,11 +124,10 @@ def test_replay_refuses_what_the_lock_lacks_and_exits_3(tmp_path: Path, origin: 
 
 def test_a_run_removes_what_a_killed_run_left_in_the_temp_dir(tmp_path: Path) -> None:
     temp = tmp_path / "tmp"
-    gone = subprocess.Popen(["true"])
-    gone.wait()
-    stale = temp / f"fetchproxy-run-{gone.pid}-x1y2z3" / "ca"
+    stale = temp / "fetchproxy-run-x1y2z3" / "ca"
     stale.mkdir(parents=True)
     (stale / "mitmproxy-ca.pem").write_text("a killed run's CA key\n")
+    (stale.parent / ".run-lock").write_text("")  # its run's flock went with the run
     (tmp_path / "fetchproxy.lock.toml").write_text("version = 1\n")
     result = subprocess.run(
         [sys.executable, "-m", "fetchproxy", "replay", "--", "true"],

@@ -16,7 +16,7 @@ from mitmproxy import addonmanager, ctx, exceptions, http
 
 from addons import flows
 from addons.answers import LockAnswers
-from fetchproxy.atomicfile import probe_writable, write_error
+from fetchproxy.atomicfile import check_writable
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.eventlog import EventLog, check_writable_log, default_log_path
 from fetchproxy.journal import Journal, journal_path
@@ -101,12 +101,11 @@ class Record:
         self.events = EventLog(None)
         self.log_path: Path | None = None
         self.secret_params = secret_params
-        self.lock_written = False
         self._pending: set[str] = set()
         """Flows forwarded upstream whose answer is not yet stored (or failed)."""
         self.keep = False
         self.previous: Lock | None = None
-        """The lock as it was before this run (None when there was none, or it was unreadable)."""
+        """The lock as it was before this run (None when there was none)."""
         self.answers: LockAnswers | None = None
 
     def load(self, loader: addonmanager.Loader) -> None:
@@ -134,7 +133,9 @@ class Record:
         try:
             if "record_lock" in updated or "record_log" in updated:
                 self.lock_path = Path(ctx.options.record_lock)
-                self._check_lock_directory()
+                check_writable(
+                    self.lock_path, "record writes the lock and its journal there (--lock PATH)"
+                )
                 self.log_path = Path(ctx.options.record_log or default_log_path(self.lock_path))
                 check_writable_log(self.log_path)
             if "record_store" in updated and self._given_store is None:
@@ -146,14 +147,6 @@ class Record:
         if updated & {"record_lock", "record_keep"}:
             self.keep = bool(ctx.options.record_keep)
             self.previous = self._previous_lock()
-
-    def _check_lock_directory(self) -> None:
-        try:
-            probe_writable(self.lock_path.parent)
-        except OSError as exc:
-            raise write_error(
-                self.lock_path, exc, "record writes the lock and its journal there (--lock PATH)"
-            ) from None
 
     def _previous_lock(self) -> Lock | None:
         """The lock as it is; a lock that exists but cannot be read stops the run unchanged."""
@@ -170,9 +163,8 @@ class Record:
     async def running(self) -> None:
         # Opened now, not in configure: mitmproxy configures again with its defaults after an
         # option is refused, and that must not truncate the log beside a default lock.
-        if self.events.path != self.log_path:
-            self.events.close()
-            self.events = EventLog(self.log_path)
+        self.events.close()
+        self.events = EventLog(self.log_path)
         if self.keep and self.answers is None and self.store is not None:
             self.answers = LockAnswers(self.store)
             await self.answers.start()
@@ -264,8 +256,7 @@ class Record:
         size = tee.writer.size
         try:
             digest = await asyncio.to_thread(tee.writer.commit)
-        except StoreError as exc:
-            tee.writer.abort()
+        except StoreError as exc:  # commit() aborted the writer
             self._unstored(flow, key, exc)
             return
         except BaseException:
@@ -341,16 +332,12 @@ class Record:
 
     def new_lock(self) -> Lock:
         """What this run recorded; with --keep, on top of the existing lock."""
-        entries: dict[RequestKey, Fetch] = {}
-        if self.keep and self.previous is not None:
-            entries.update((f.key, f) for f in self.previous.fetches)
-        entries.update(self.fetches)
-        return Lock.from_fetches(entries.values())
+        base = self.previous if self.keep and self.previous is not None else Lock()
+        return base.updated(self.fetches.values())
 
     def write_lock(self) -> bool:
         """Write the canonical lock of everything recorded; remove the journal. Returns changed."""
         changed = write_lock(self.lock_path, self.new_lock())
-        self.lock_written = True
         if self.journal is not None:
             self.journal.close(remove=True)
             self.journal = None
@@ -361,7 +348,7 @@ class Record:
         journal, self.journal = self.journal, None
         if journal is None:
             return None
-        journal.close(remove=journal.appended == 0)
+        journal.close(remove=False)  # a run that recorded nothing never made the file
         return journal.path if journal.appended else None
 
     async def done(self) -> None:

@@ -96,9 +96,8 @@ class Replay:
     async def running(self) -> None:
         # Opened now, not in configure: mitmproxy configures again with its defaults after an
         # option is refused, and that must not truncate the log beside a default lock.
-        if self.book.events.path != self.log_path:
-            self.book.events.close()
-            self.book.events = EventLog(self.log_path)
+        self.book.events.close()
+        self.book.events = EventLog(self.log_path)
         if self.answers is None and self.store is not None:
             self.answers = LockAnswers(self.store)
             await self.answers.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import tempfile
@@ -18,6 +19,20 @@ class WriteError(FetchproxyError, OSError):
 def write_error(path: Path, exc: OSError, fix: str) -> WriteError:
     """``cannot write PATH: <why> — <fix>``."""
     return WriteError(f"cannot write {path}: {exc.strerror or exc} — {fix}")
+
+
+def check_writable(path: Path, fix: str) -> None:
+    """:class:`WriteError` (ending in ``fix``) unless a file could be written at ``path``.
+
+    Nothing is created at ``path`` or truncated: its directory is made if need be and a
+    probe file written there and removed; a directory at ``path`` itself is refused.
+    """
+    try:
+        probe_writable(path.parent)
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    except OSError as exc:
+        raise write_error(path, exc, fix) from None
 
 
 def probe_writable(directory: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fetchproxy.cli_lock_store import (
     DEFAULT_LOCK_HELP,
-    Subparsers,
+    add_command,
     add_lock_diff_parser,
     add_store_option,
     add_store_parser,
@@ -95,15 +95,13 @@ class _VersionAction(argparse.Action):
 
 
 def _version() -> str:
-    """The installed distribution's version, else the package's ``__version__``."""
+    """The installed distribution's version."""
     from importlib import metadata  # noqa: PLC0415 -- keeps `--help` fast
 
     try:
         return metadata.version("fetchproxy")
     except metadata.PackageNotFoundError:
-        import fetchproxy  # noqa: PLC0415
-
-        return str(getattr(fetchproxy, "__version__", "unknown (not installed)"))
+        return "unknown (not installed)"
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -215,12 +213,6 @@ def _serve_mode_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _add_command(commands: Subparsers[_Parser], name: str, summary: str) -> _Parser:
-    """A subcommand whose one-line summary is both its entry in the parent's list and the
-    description in its own ``--help``."""
-    return commands.add_parser(name, help=summary, description=summary)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="fetchproxy",
@@ -234,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("record", "run BUILD in the network sandbox; record every fetch into the lock"),
         ("replay", "run BUILD in the network sandbox; serve only what the lock holds"),
     ):
-        sub = _add_command(commands, mode, summary)
+        sub = add_command(commands, mode, summary)
         _add_proxy_options(sub, mode=mode)
         isolation = sub.add_mutually_exclusive_group()
         isolation.add_argument(
@@ -258,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="the build command and its arguments, after --",
         )
 
-    serve = _add_command(
+    serve = add_command(
         commands, "serve", "run a record or replay proxy for clients you point at it (no sandbox)"
     )
     serve.check = _serve_mode_problem
@@ -277,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to listen (default 127.0.0.1:8080; port 0 picks a free one)",
     )
 
-    demo = _add_command(
+    demo = add_command(
         commands, "demo", "the whole story on embedded defaults: record, replay, refuse, review"
     )
     demo.add_argument(
@@ -288,24 +280,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="work (and keep the results) here, not in a temp dir",
     )
 
-    ca = _add_command(
+    ca = add_command(
         commands, "ca", "the CA whose certificate clients must trust for HTTPS through the proxy"
     )
     ca_commands = ca.add_subparsers(dest="ca_command", required=True, metavar="COMMAND")
-    _add_command(ca_commands, "path", "print the path of the CA certificate clients must trust")
+    add_command(ca_commands, "path", "print the path of the CA certificate clients must trust")
 
-    lock = _add_command(commands, "lock", "work with lock files")
+    lock = add_command(commands, "lock", "work with lock files")
     lock_commands = lock.add_subparsers(dest="lock_command", required=True, metavar="COMMAND")
-    verify = _add_command(
+    verify = add_command(
         lock_commands, "verify", "check that every entry's body is in the store and intact"
     )
     _add_lock(verify)
     add_store_option(verify)
-    fmt = _add_command(
-        lock_commands, "fmt", "rewrite a lock in canonical form (e.g. after a merge)"
-    )
+    fmt = add_command(lock_commands, "fmt", "rewrite a lock in canonical form (e.g. after a merge)")
     _add_lock(fmt)
-    recover = _add_command(
+    recover = add_command(
         lock_commands, "recover", "write the lock from the journal of an interrupted record"
     )
     _add_lock(recover)

@@ -41,6 +41,12 @@ Subparsers = argparse._SubParsersAction  # argparse names no public type for it
 ParserT = TypeVar("ParserT", bound=argparse.ArgumentParser)
 
 
+def add_command(commands: Subparsers[ParserT], name: str, summary: str) -> ParserT:
+    """A subcommand whose one-line summary is both its entry in the parent's list and the
+    description in its own ``--help``."""
+    return commands.add_parser(name, help=summary, description=summary)
+
+
 class LockStoreUsageError(FetchproxyError, ValueError):
     """The command line of one of these commands asks for something that cannot be done."""
 
@@ -72,8 +78,9 @@ def add_lock_diff_parser(lock_subparsers: Subparsers[ParserT]) -> None:
         help="be git's external diff: take git's 7 arguments (PATH OLD-FILE OLD-HEX OLD-MODE "
         "NEW-FILE NEW-HEX NEW-MODE), always exit 0; see docs/reviewing-locks.md",
     )
-    show_summary = "list a lock one entry per line (for review and git's textconv)"
-    show = lock_subparsers.add_parser("show", help=show_summary, description=show_summary)
+    show = add_command(
+        lock_subparsers, "show", "list a lock one entry per line (for review and git's textconv)"
+    )
     show.add_argument(
         "lock",
         nargs="?",
@@ -96,8 +103,7 @@ def default_lock() -> Path:
 
 def add_store_parser(subparsers: Subparsers[ParserT]) -> None:
     """Add ``store gc`` and ``store verify`` to the top-level subparsers."""
-    store_summary = "work with the content-addressed store"
-    store = subparsers.add_parser("store", help=store_summary, description=store_summary)
+    store = add_command(subparsers, "store", "work with the content-addressed store")
     commands = store.add_subparsers(dest="store_command", required=True, metavar="COMMAND")
     gc = commands.add_parser(
         "gc",
@@ -124,8 +130,9 @@ def add_store_parser(subparsers: Subparsers[ParserT]) -> None:
         help="keep anything written more recently than this: seconds, or 30m, 2h, 7d (default 1h)",
     )
     add_store_option(gc)
-    verify_summary = "rehash every blob in the store; report (and --repair) corrupt ones"
-    verify = commands.add_parser("verify", help=verify_summary, description=verify_summary)
+    verify = add_command(
+        commands, "verify", "rehash every blob in the store; report (and --repair) corrupt ones"
+    )
     verify.add_argument(
         "--repair",
         action="store_true",

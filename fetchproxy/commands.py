@@ -11,7 +11,7 @@ from fetchproxy.ca import ensure_persistent_ca, persistent_ca_dir
 from fetchproxy.config import config_path_for, load_config
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.journal import journal_mode, journal_path, read_journal
-from fetchproxy.lock import DuplicateFetchError, Lock
+from fetchproxy.lock import Lock
 from fetchproxy.lockfile import load_lock, normal_form_problems, write_lock
 from fetchproxy.sizes import counted
 from fetchproxy.store import CorruptBlobError, MissingBlobError, open_store
@@ -158,15 +158,9 @@ def lock_recover(args: argparse.Namespace) -> int:
         return 0
     mode = journal_mode(journal)
     keep = mode != "fresh"  # an older journal does not say: adding to the lock drops nothing
-    entries = {}
-    if keep and args.lock.exists():
-        entries = {fetch.key: fetch for fetch in load_lock(args.lock).fetches}
-    kept = len(entries)
-    entries.update(latest)
-    try:
-        lock = Lock.from_fetches(entries.values())
-    except DuplicateFetchError as exc:  # pragma: no cover -- keys are unique by construction
-        raise FetchproxyError(str(exc)) from None
+    base = load_lock(args.lock) if keep and args.lock.exists() else Lock()
+    kept = len(base)
+    lock = base.updated(latest.values())
     _write(args.lock, lock)
     journal.unlink()
     why = "--keep" if mode == "keep" else "an older journal: nothing is removed"

@@ -8,13 +8,11 @@ other than the recorded ones appear.
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 from pathlib import Path
 from typing import IO, Self
 
-from fetchproxy.atomicfile import probe_writable, write_error
+from fetchproxy.atomicfile import check_writable, write_error
 from fetchproxy.lock import Fetch
 from fetchproxy.normalize import RequestKey
 
@@ -38,17 +36,12 @@ def key_fields(key: RequestKey) -> dict[str, str]:
     return fields
 
 
+_FIX = "the event log goes elsewhere with --log PATH"
+
+
 def check_writable_log(path: Path) -> None:
     """``WriteError`` unless an event log could be made at ``path`` (nothing is truncated)."""
-    try:
-        probe_writable(path.parent)
-        if path.is_dir():
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-    except OSError as exc:
-        raise write_error(path, exc, _FIX) from None
-
-
-_FIX = "the event log goes elsewhere with --log PATH"
+    check_writable(path, _FIX)
 
 
 class EventLog:

@@ -39,8 +39,8 @@ from fetchproxy.errors import FetchproxyError
 from fetchproxy.journal import journal_path, read_journal
 from fetchproxy.lockfile import load_lock
 from fetchproxy.sizes import counted, human_bytes
-from fetchproxy.store import DiskStore, StoreError, TempFile
-from fetchproxy.store.disk import DIR_MODE
+from fetchproxy.store import DiskStore, TempFile
+from fetchproxy.store.disk import DIR_MODE, store_error
 from fetchproxy.store.layout import TEMP_SUFFIX, temp_prefix
 
 DEFAULT_GRACE: Final = 3600.0
@@ -123,11 +123,8 @@ def collect_garbage(
     try:
         return _collect(store, keep, grace=grace, dry_run=dry_run, locks=locks, now=now)
     except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename else ""
-        raise StoreError(
-            f"cannot collect garbage in {store.root}: {exc.strerror or exc}{where} — "
-            "gc needs write access to the store"
-        ) from exc
+        fix = "gc needs write access to the store"
+        raise store_error(f"collect garbage in {store.root}", exc, fix) from exc
 
 
 def _collect(

@@ -55,7 +55,8 @@ _BASIC_ESCAPES: Final = {
     "\f": "\\f",
     "\r": "\\r",
 }
-_BARE_KEY_RE = re.compile(r"[A-Za-z0-9_-]+")
+BARE_KEY_RE = re.compile(r"[A-Za-z0-9_-]+")
+"""A TOML bare key: what may stand unquoted before the `=`."""
 
 
 def toml_basic_string(text: str) -> str:
@@ -96,7 +97,7 @@ def toml_spelling(value: object) -> str:
 
 
 def _toml_key(key: object) -> str:
-    if isinstance(key, str) and _BARE_KEY_RE.fullmatch(key):
+    if isinstance(key, str) and BARE_KEY_RE.fullmatch(key):
         return key
     return toml_basic_string(str(key))
 
@@ -323,6 +324,12 @@ class Lock:
 
     def __len__(self) -> int:
         return len(self.fetches)
+
+    def updated(self, fetches: Iterable[Fetch]) -> Lock:
+        """This lock with ``fetches`` added; one with the key of an entry replaces it."""
+        entries = {f.key: f for f in self.fetches}
+        entries.update((f.key, f) for f in fetches)
+        return Lock.from_fetches(entries.values())
 
     def lookup(self, key: RequestKey) -> Fetch | None:
         """The entry recorded for exactly ``key``, or None. Never a near match."""

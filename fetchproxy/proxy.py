@@ -29,9 +29,7 @@ from fetchproxy.ca import system_trust_bundle
 from fetchproxy.digest import digest_bytes, hex_of
 from fetchproxy.journal import journal_path
 from fetchproxy.replaybook import ReplayBook
-from fetchproxy.settings import Mode, ProxySettings, ProxyStartError, cannot_listen
-
-__all__ = ["Mode", "ProxyRun", "ProxySettings", "ProxyStartError", "upstream_trust_bundle"]
+from fetchproxy.settings import ProxySettings, ProxyStartError, cannot_listen
 
 SETTLE_TIMEOUT = 30.0
 """How long ``stop()`` waits for fetches in flight to be stored before recording ends."""

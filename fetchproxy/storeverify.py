@@ -26,7 +26,7 @@ import blake3
 from fetchproxy.digest import PREFIX, Digest, hex_of
 from fetchproxy.sizes import counted, human_bytes
 from fetchproxy.store import CorruptBlobError, DiskStore, MissingBlobError, StoreError
-from fetchproxy.store.disk import DIR_MODE
+from fetchproxy.store.disk import DIR_MODE, store_error
 
 CORRUPT_DIR: Final = "corrupt"
 
@@ -69,15 +69,12 @@ def verify_store(store: DiskStore, *, repair: bool = False) -> StoreVerifyReport
         size += found[0]
         problem = found[1]
         if problem is not None and repair:
-            path = problem.path
+            aside = f"move {problem.path} aside into {store.root / CORRUPT_DIR}"
             try:
                 problem = _move_aside(store, problem)
             except OSError as exc:
-                where = f" ({exc.filename})" if exc.filename else ""
-                raise StoreError(
-                    f"cannot move {path} aside into {store.root / CORRUPT_DIR}: "
-                    f"{exc.strerror or exc}{where} — --repair needs write access to the store"
-                ) from exc
+                fix = "--repair needs write access to the store"
+                raise store_error(aside, exc, fix) from exc
         if problem is not None:
             bad.append(problem)
     return StoreVerifyReport(

@@ -7,33 +7,24 @@ from typing import TYPE_CHECKING
 
 from fetchproxy.lock import Lock
 from fetchproxy.lockdiff import diff_locks, render_text
-from fetchproxy.sizes import human_bytes
+from fetchproxy.sizes import counted, human_bytes
 
 if TYPE_CHECKING:
     from addons.record import Record
     from fetchproxy.replaybook import ReplayBook
 
 
-def _plural(count: int, word: str) -> str:
-    return (
-        f"{count} {word}"
-        if count == 1
-        else f"{count} {word}es"
-        if word.endswith("h")
-        else f"{count} {word}s"
-    )
-
-
 def record_summary(record: Record, *, lock: Path, written: bool = True) -> str:
     """What a record run did; ``written``: whether its lock was written (else left unchanged)."""
     stats = record.stats
     line = (
-        f"fetchproxy: recorded {_plural(stats.recorded, 'fetch')} "
+        f"fetchproxy: recorded {counted(stats.recorded, 'fetch', 'fetches')} "
         f"({human_bytes(stats.bytes)}) {'into' if written else 'for'} {lock}"
     )
     extras = []
     if stats.kept:
-        extras.append(f"{_plural(stats.kept, 'fetch')} answered from the existing lock (--keep)")
+        kept = counted(stats.kept, "fetch", "fetches")
+        extras.append(f"{kept} answered from the existing lock (--keep)")
     if stats.passed:
         extras.append(f"{stats.passed} passed through unlocked (5xx or websocket)")
     if stats.failed:
@@ -46,7 +37,8 @@ def record_summary(record: Record, *, lock: Path, written: bool = True) -> str:
 def replay_summary(replay: ReplayBook, *, lock: Path) -> str:
     stats = replay.stats
     lines = [
-        f"fetchproxy: served {_plural(stats.served, 'fetch')} ({human_bytes(stats.bytes)}) "
+        f"fetchproxy: served {counted(stats.served, 'fetch', 'fetches')} "
+        f"({human_bytes(stats.bytes)}) "
         f"from {lock}; refused {stats.refused}"
     ]
     lines.extend(f"fetchproxy:   refused {k.method} {k.url}" for k in replay.refused)

@@ -35,10 +35,10 @@ with warnings.catch_warnings():
 from addons.record import Record
 from fetchproxy.ca import generate_ca
 from fetchproxy.cli import build_parser
-from fetchproxy.proxy import Mode, ProxySettings
 from fetchproxy.replaybook import ReplayBook
 from fetchproxy.runs import make_run
 from fetchproxy.serve import finish
+from fetchproxy.settings import Mode, ProxySettings
 from fetchproxy.store import DiskStore
 from tests.origin import Origin, OriginPKI, make_pki, standard_site
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from fetchproxy.lockfile import load_lock
+
 pytestmark = [
     pytest.mark.root,
     pytest.mark.skipif(os.geteuid() != 0, reason="the network sandbox needs root (CI is root)"),
@@ -176,9 +178,7 @@ def test_a_failed_build_leaves_the_lock_and_its_fetches_are_recoverable(
         assert "a record that was interrupted or failed left this journal" in again.stderr
 
     def urls() -> list[str]:
-        return [
-            line.split('"')[1] for line in lock.read_text().splitlines() if line.startswith("url")
-        ]
+        return [fetch.url for fetch in load_lock(lock).fetches]
 
     failing("/gone")  # a fresh record: recovering makes the lock what it fetched
     recovered = fetchproxy(tmp_path, "lock", "recover")

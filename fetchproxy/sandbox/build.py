@@ -173,8 +173,7 @@ def _start_entry(
 def _write_maps(pid: int) -> None:
     for name in ("uid_map", "gid_map"):
         mapping = identity_map(Path(f"/proc/self/{name}").read_text(encoding="ascii"))
-        # One write(2): the kernel takes a map in a single write only.
-        Path(f"/proc/{pid}/{name}").write_text(mapping, encoding="ascii")
+        linux.write_proc_file(f"/proc/{pid}/{name}", mapping)
 
 
 def _failure(line: bytes | None, argv: Sequence[str], *, user: bool) -> SandboxError:
@@ -299,7 +298,12 @@ class BuildOwner(abc.ABC):
         self.close()
 
     def close(self) -> None:
-        self._kill_builds()
+        """Kill the builds still running (a subclass then drops its namespaces)."""
+        builds, self._builds = self._builds, []
+        for build in builds:
+            if build.poll() is None:
+                build.kill()
+                build.wait()
 
     @abc.abstractmethod
     def _build_namespaces(self) -> tuple[int, int | None]:
@@ -340,10 +344,3 @@ class BuildOwner(abc.ABC):
         )
         self._builds.append(build)
         return build
-
-    def _kill_builds(self) -> None:
-        builds, self._builds = self._builds, []
-        for build in builds:
-            if build.poll() is None:
-                build.kill()
-                build.wait()

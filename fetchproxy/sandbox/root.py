@@ -47,7 +47,7 @@ class Sandbox(BuildOwner):
 
     def close(self) -> None:
         """Kill running builds, close :meth:`listen_socket`'s sockets, drop the namespaces."""
-        self._kill_builds()
+        super().close()
         sockets, self._sockets = self._sockets, []
         for sock in sockets:
             sock.close()

@@ -51,7 +51,7 @@ class UserSandbox(BuildOwner):
 
     def close(self) -> None:
         """Kill running builds, close the listener, drop the namespaces."""
-        self._kill_builds()
+        super().close()
         if self._namespaces is not None:
             self._namespaces.close()
             self._namespaces = None

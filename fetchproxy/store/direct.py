@@ -160,7 +160,6 @@ class DirectWrites:
         # unmapped when the last view of them goes (an error's traceback may hold one a while)
         self._buffers.clear()
         self._spare.clear()
-        self._in_flight = self._fill = 0
 
     def _submit(self) -> None:
         self._todo.put(_Batch(self._batch, DIRECT_BATCH, self._offset, self._hash_from))

@@ -65,7 +65,8 @@ class TempFile:
     size: int
 
 
-def _store_error(action: str, exc: OSError, fix: str = _FIX_WRITE) -> StoreError:
+def store_error(action: str, exc: OSError, fix: str = _FIX_WRITE) -> StoreError:
+    """``cannot ACTION: <why> (FILE) — FIX``: an OSError the store met, said for the user."""
     where = f" ({exc.filename})" if exc.filename else ""
     return StoreError(f"cannot {action}: {exc.strerror or exc}{where} — {fix}")
 
@@ -144,7 +145,7 @@ class DiskStore(Store):
             _ensure_dir(self.temp_dir)
             probe_writable(self.temp_dir)
         except OSError as exc:
-            raise _store_error(f"create a temp file in {self.temp_dir}", exc) from exc
+            raise store_error(f"create a temp file in {self.temp_dir}", exc) from exc
 
     def open(self, digest: Digest, *, chunk_size: int = 1 << 20) -> BlobReader:
         path = self.blob_path(digest)
@@ -153,7 +154,7 @@ class DiskStore(Store):
         except FileNotFoundError:
             raise MissingBlobError(digest, path) from None
         except OSError as exc:
-            raise _store_error(f"open blob {digest}", exc, _FIX_READ) from exc
+            raise store_error(f"open blob {digest}", exc, _FIX_READ) from exc
         try:
             size = os.fstat(source.fileno()).st_size
         except BaseException:
@@ -243,8 +244,6 @@ class DiskBlobWriter(BlobWriter):
         self._flush_error: OSError | None = None
         self._direct: DirectWrites | None = None
         self._may_go_direct = store.direct
-        self.direct = False
-        """Whether the bytes past the first ``DIRECT_BATCH`` bypass the page cache."""
         try:
             _ensure_dir(store.temp_dir)
             self._fd, name = tempfile.mkstemp(
@@ -252,8 +251,14 @@ class DiskBlobWriter(BlobWriter):
             )
         except OSError as exc:
             self._state = "aborted"
-            raise _store_error(f"create a temp file in {store.temp_dir}", exc) from exc
+            raise store_error(f"create a temp file in {store.temp_dir}", exc) from exc
         self.temp_path = Path(name)
+
+    @property
+    def direct(self) -> bool:
+        """Whether the bytes past the first ``DIRECT_BATCH`` bypass the page cache (until the
+        writer commits or aborts)."""
+        return self._direct is not None
 
     def _hash(self, chunk: bytes) -> None:
         if self._direct is None:  # else the write thread hashes
@@ -265,7 +270,7 @@ class DiskBlobWriter(BlobWriter):
             try:
                 direct.finish()
             except OSError as exc:
-                raise _store_error(f"write to {self.temp_path}", exc) from exc
+                raise store_error(f"write to {self.temp_path}", exc) from exc
         return super()._digest()
 
     def _write(self, chunk: bytes) -> None:
@@ -279,7 +284,7 @@ class DiskBlobWriter(BlobWriter):
                 while view:
                     view = view[os.write(self._fd, view) :]
         except OSError as exc:
-            raise _store_error(f"write to {self.temp_path}", exc) from exc
+            raise store_error(f"write to {self.temp_path}", exc) from exc
         self._written += len(chunk)
         if self._direct is None:
             self._flush_in_background(len(chunk))
@@ -302,7 +307,6 @@ class DiskBlobWriter(BlobWriter):
             return
         self._direct = DirectWrites(self._fd, start, self._hasher, hash_from=len(head))
         self._direct.write(head)
-        self.direct = True
 
     def _flush_in_background(self, new: int) -> None:
         flush_every = self._store.flush_every
@@ -357,7 +361,7 @@ class DiskBlobWriter(BlobWriter):
             if self._link(target):
                 fsync_dir(target.parent)
         except OSError as exc:
-            raise _store_error(f"store blob {digest} at {target}", exc) from exc
+            raise store_error(f"store blob {digest} at {target}", exc) from exc
 
     def _link(self, target: Path) -> bool:
         """Give the temp file its final name unless taken; whether this writer did.

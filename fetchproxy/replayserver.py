@@ -175,7 +175,7 @@ class ReplayServer:
                 head.method,
                 scheme,
                 head.target,
-                head.get("host") or "",
+                "\0".join(head.values("host")),  # request_url reads every Host header
                 "" if tunnel is None else f"{tunnel[0]}:{tunnel[1]}",
                 "\0".join(accept),
                 "\0".join(git_protocol),

@@ -511,3 +511,15 @@ def test_a_client_that_stops_reading_below_the_high_water_mark_is_cut_off_too(
     assert 0 < connection.transport.get_write_buffer_size() < 4 * 1024 * 1024
     time.sleep(4 * short_idle)
     assert run.server.connections == set()  # not left closing forever with unsent bytes
+
+
+def test_a_request_with_two_host_headers_is_refused_even_after_one_with_one(
+    served: Served,
+) -> None:
+    client = Client(served)
+    client.tunnel()
+    client.send(get("/small"))
+    assert client.answer()[2] == SMALL  # its key is remembered now
+    client.send(get("/small", "Host: other.example"))  # the Host headers disagree
+    status, _, _ = client.answer()
+    assert status == "HTTP/1.1 400 Bad Request"

@@ -13,9 +13,7 @@ from collections.abc import Callable
 
 from mitmproxy import connection, ctx
 
-from fetchproxy.settings import admitted
-
-Address = tuple[str, int]
+from fetchproxy.settings import Address, admitted
 
 
 class Lifecycle:

@@ -181,9 +181,7 @@ class Replay:
         self._kill_raw(flow)
 
     def _kill_raw(self, flow: tcp.TCPFlow | udp.UDPFlow) -> None:
-        address = flow.server_conn.address
-        self.book.refuse_other(NOT_HTTP, address=f"{address}")
-        logger.warning("replay: refused a non-HTTP connection to %s", address)
+        self.book.refuse_raw(flow.server_conn.address)
         flow.kill()
 
     async def done(self) -> None:

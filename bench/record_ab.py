@@ -45,13 +45,10 @@ class LoopThread:
 
     @classmethod
     def of(cls, pid: int) -> LoopThread:
-        task = Path(f"/proc/{pid}/task/{pid}")
-        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        status = dict(
-            line.split(":", 1) for line in (task / "status").read_text().splitlines() if ":" in line
-        )
+        status_text = Path(f"/proc/{pid}/task/{pid}/status").read_text()
+        status = dict(line.split(":", 1) for line in status_text.splitlines() if ":" in line)
         return cls(
-            cpu=(int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"),
+            cpu=cpu_seconds(pid, tid=pid),
             voluntary=int(status["voluntary_ctxt_switches"]),
             forced=int(status["nonvoluntary_ctxt_switches"]),
         )

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from fetchproxy.ca import load_ca
 from fetchproxy.leafcerts import HostContexts
 from fetchproxy.replaybook import ReplayBook
-from fetchproxy.replayserver import Address, ReplayServer
-from fetchproxy.settings import ProxySettings, cannot_listen
+from fetchproxy.replayserver import ReplayServer
+from fetchproxy.settings import Address, ProxySettings, cannot_listen
 from fetchproxy.verifiedblobs import VerifiedBlobs
 
 

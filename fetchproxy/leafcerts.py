@@ -22,17 +22,10 @@ MOST_HOSTS = 1024
 
 
 class HostContexts:
-    """``SSLContext`` per host name or address, each offering only ``alpn`` (HTTP/1.1)."""
+    """``SSLContext`` per host name or address, each offering only HTTP/1.1 (ALPN)."""
 
-    def __init__(
-        self,
-        ca: CertificateAuthority,
-        *,
-        alpn: tuple[str, ...] = ("http/1.1",),
-        most: int = MOST_HOSTS,
-    ) -> None:
+    def __init__(self, ca: CertificateAuthority, *, most: int = MOST_HOSTS) -> None:
         self._ca = ca
-        self._alpn = list(alpn)
         self._most = most
         self._contexts: OrderedDict[str, ssl.SSLContext] = OrderedDict()
 
@@ -53,7 +46,7 @@ class HostContexts:
         cert_pem, key_pem = self._ca.issue_server_certificate([host])
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.set_alpn_protocols(self._alpn)
+        context.set_alpn_protocols(["http/1.1"])
         # OpenSSL loads a key only from a file: hand it one that lives in memory only.
         fd = os.memfd_create("fetchproxy-leaf", os.MFD_CLOEXEC)
         try:
@@ -64,13 +57,20 @@ class HostContexts:
         context.sni_callback = self._switch
         return context
 
+    def for_host_or_none(self, host: str) -> ssl.SSLContext | None:
+        """:meth:`for_host`, or None (and a warning) for a name no certificate can carry."""
+        try:
+            return self.for_host(host)
+        except (ValueError, OSError) as exc:
+            logger.warning("replay: no certificate for %r: %s", host[:100], exc)
+            return None
+
     def _switch(self, connection: ssl.SSLObject, server_name: str | None, _: object) -> int | None:
         """On a ClientHello with SNI: present the certificate for that name."""
         if not server_name:
             return None
-        try:
-            connection.context = self.for_host(server_name)
-        except (ValueError, OSError) as exc:
-            logger.warning("replay: no certificate for %r: %s", server_name[:100], exc)
+        context = self.for_host_or_none(server_name)
+        if context is None:
             return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
+        connection.context = context
         return None

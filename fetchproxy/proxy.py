@@ -21,7 +21,7 @@ import certifi
 from mitmproxy import exceptions, master, options
 from mitmproxy.addons import default_addons
 
-from addons.lifecycle import Address, Lifecycle
+from addons.lifecycle import Lifecycle
 from addons.record import Record
 from addons.replay import Replay
 from fetchproxy.atomicfile import write_atomic
@@ -29,7 +29,7 @@ from fetchproxy.ca import system_trust_bundle
 from fetchproxy.digest import digest_bytes, hex_of
 from fetchproxy.journal import journal_path
 from fetchproxy.replaybook import ReplayBook
-from fetchproxy.settings import ProxySettings, ProxyStartError, cannot_listen
+from fetchproxy.settings import Address, ProxySettings, ProxyStartError, cannot_listen
 
 SETTLE_TIMEOUT = 30.0
 """How long ``stop()`` waits for fetches in flight to be stored before recording ends."""

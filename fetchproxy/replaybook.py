@@ -7,6 +7,7 @@ log, the end-of-run summary and the exit status mean the same whichever answered
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from fetchproxy.errors import FetchproxyError
@@ -14,8 +15,10 @@ from fetchproxy.eventlog import EventLog, default_log_path, key_fields
 from fetchproxy.lock import Fetch, Lock
 from fetchproxy.lockfile import load_lock
 from fetchproxy.normalize import RequestKey
-from fetchproxy.replaying import nearest
+from fetchproxy.replaying import NOT_HTTP, nearest
 from fetchproxy.store import Store
+
+logger = logging.getLogger("fetchproxy.replay")
 
 SHOWN_REFUSALS = 10
 """Refused requests named in the end-of-run summary; the event log has every one."""
@@ -105,6 +108,11 @@ class ReplayBook:
         self.stats.served -= 1
         self.stats.bytes -= body_bytes
         self.refuse(key, reason=reason, error=error)
+
+    def refuse_raw(self, address: object) -> None:
+        """Refuse traffic to ``address`` that is not HTTP (raw TCP or UDP in a tunnel)."""
+        self.refuse_other(NOT_HTTP, address=f"{address}")
+        logger.warning("replay: refused a non-HTTP connection to %s", address)
 
     def refuse_other(self, reason: str, **fields: object) -> None:
         """Count and log what was refused without a key: an invalid request, raw TCP."""

@@ -81,7 +81,7 @@ def refusal(
     key: RequestKey, *, lock_name: str, reason: str = NOT_IN_LOCK, status: int = 403
 ) -> Refusal:
     """The 403 a build sees for a request the lock does not hold (502 for a bad blob)."""
-    return _refusal(status, reason, refusal_text(key, lock_name=lock_name, reason=reason))
+    return _refusal(status, reason, _refusal_text(key, lock_name=lock_name, reason=reason))
 
 
 def invalid_request(problem: str) -> Refusal:
@@ -104,7 +104,7 @@ def _refusal(status: int, reason: str, text: str) -> Refusal:
     return Refusal(Answer(status, headers, None), body)
 
 
-def refusal_text(key: RequestKey, *, lock_name: str, reason: str = NOT_IN_LOCK) -> str:
+def _refusal_text(key: RequestKey, *, lock_name: str, reason: str = NOT_IN_LOCK) -> str:
     """The one-line body of a refusal, naming the method, URL and lock."""
     if reason == NOT_IN_LOCK:
         why = f"not in the lock {lock_name}"

@@ -48,7 +48,6 @@ from fetchproxy.leafcerts import HostContexts
 from fetchproxy.lock import Fetch
 from fetchproxy.normalize import (
     DEFAULT_SECRET_PARAMS,
-    InvalidURLError,
     RequestKey,
     normalize_request,
 )
@@ -64,13 +63,12 @@ from fetchproxy.replaying import (
     refusal,
     store_refusal,
 )
-from fetchproxy.settings import admitted
+from fetchproxy.settings import Address, admitted
 from fetchproxy.store import StoreError
 from fetchproxy.verifiedblobs import SMALL_BODY, VerifiedBlobs, blob_range
 
 logger = logging.getLogger("fetchproxy.replay")
 
-Address = tuple[str, int]
 
 _KEY_CACHE = 65536
 _KEY_CACHE_BYTES = 32 * 1024 * 1024
@@ -104,7 +102,6 @@ class ReplayServer:
         *,
         secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS,
         only_client_ports: set[int] | None = None,
-        idle_timeout: float | None = None,
     ) -> None:
         self.book = book
         self.blobs = blobs
@@ -118,7 +115,7 @@ class ReplayServer:
         self._keys: dict[tuple[str, ...], _Known] = {}
         self._prepared_bytes = 0
         self._key_bytes = 0
-        self.idle_timeout = IDLE_TIMEOUT if idle_timeout is None else idle_timeout
+        self.idle_timeout = IDLE_TIMEOUT
         self._sweeper: asyncio.TimerHandle | None = None
 
     async def start(self, host: str, port: int, sock: socket.socket | None = None) -> list[Address]:
@@ -382,11 +379,8 @@ class _Connection(asyncio.Protocol):
         """First bytes inside a CONNECT tunnel: TLS, plain HTTP, or something to refuse."""
         assert self._tunnel is not None
         if data[0] == _TLS_HANDSHAKE:
-            host = self._tunnel[0]
-            try:
-                context = self.server.contexts.for_host(host)
-            except (ValueError, OSError) as exc:  # a name no certificate can carry
-                logger.warning("replay: no certificate for %r: %s", host[:100], exc)
+            context = self.server.contexts.for_host_or_none(self._tunnel[0])
+            if context is None:
                 self.abort()
                 return False
             self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
@@ -400,16 +394,13 @@ class _Connection(asyncio.Protocol):
             self._close_if_done()
             return True
         if looks_like_http(data):
-            self._state = "plain"
-            self._scheme = "http"
+            self._state = "plain"  # the scheme stays http
             return True
         self._refuse_raw()
         return False
 
     def _refuse_raw(self) -> None:
-        address = self._tunnel
-        self.server.book.refuse_other(NOT_HTTP, address=f"{address}")
-        logger.warning("replay: refused a non-HTTP connection to %s", address)
+        self.server.book.refuse_raw(self._tunnel)
         self.abort()
 
     def _decrypt(self, data: bytes) -> bytes:
@@ -422,7 +413,7 @@ class _Connection(asyncio.Protocol):
             except ssl.SSLWantReadError:
                 self._flush_tls()
                 return b""
-            except (ssl.SSLError, OSError) as exc:
+            except OSError as exc:
                 self._flush_tls()
                 self._handshake_failed(exc)
                 self.abort()
@@ -438,7 +429,7 @@ class _Connection(asyncio.Protocol):
             pass
         except ssl.SSLZeroReturnError:
             self._peer_done = True
-        except (ssl.SSLError, OSError) as exc:
+        except OSError as exc:
             logger.info("replay: TLS error from a client of %s: %s", self._tunnel, exc)
             self.abort()
         self._flush_tls()
@@ -575,7 +566,7 @@ class _Connection(asyncio.Protocol):
             return
         try:
             known = server.key_of(head, self._scheme, self._tunnel, body)
-        except (HTTPParseError, InvalidURLError, ValueError) as exc:
+        except ValueError as exc:  # HTTPParseError, InvalidURLError
             refused = invalid_request(str(exc))
             server.book.refuse_other(INVALID_REQUEST, error=str(exc))
             self._write_answer(head, refused.answer, refused.text)
@@ -598,7 +589,7 @@ class _Connection(asyncio.Protocol):
             cached = server.blobs.cached(fetch.digest)
             if cached is not None and len(cached) == fetch.size:
                 answer = answer_for(fetch, method=head.method, range_header=range_header)
-                if plain and answer.body is None:
+                if plain:  # no Range: the whole body
                     whole = self._answer_bytes(head, answer, cached)
                     server.prepare(known, whole)
                     server.book.served(key, 0 if head.method == "HEAD" else fetch.size)
@@ -696,7 +687,7 @@ class _Connection(asyncio.Protocol):
             self._refuse(head, key, *store_refusal(exc), error=str(exc))
             return
         answer = answer_for(fetch, method=head.method, range_header=range_header)
-        if body is not None or not answer.send_body or head.method == "HEAD":
+        if body is not None or not answer.send_body:  # HEAD sends no body
             self._write_answer(head, answer, body or b"", served=key)
             return
         start, end = (

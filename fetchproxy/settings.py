@@ -16,6 +16,8 @@ from fetchproxy.normalize import DEFAULT_SECRET_PARAMS
 from fetchproxy.store import Store
 
 Mode = Literal["record", "replay"]
+Address = tuple[str, int]
+"""A host and port a proxy listens on."""
 Engine = Literal["auto", "direct", "mitmproxy"]
 
 

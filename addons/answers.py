@@ -55,17 +55,10 @@ class LockAnswers:
         if not answer.send_body:
             flow.response = flows.response_from(flow, answer, b"")
             return 0
-        start, end = (
-            (0, fetch.size)
-            if answer.body is None
-            else (
-                answer.body.start,
-                answer.body.end + 1,
-            )
-        )
+        start, end = answer.span(fetch.size)
         blobs = self.blobs
         if fetch.size <= SMALL_BODY or blobs is None:
-            body = await self.verified.small_body(fetch.digest)
+            body = await self.verified.small_body(fetch.digest, fetch.size)
             flow.response = flows.response_from(flow, answer, body[start:end])
             return end - start
         flow.metadata[flows.OWN] = answer

@@ -38,6 +38,12 @@ class Answer:
     def reason(self) -> str:
         return _reason(self.status)
 
+    def span(self, size: int) -> tuple[int, int]:
+        """``(start, end)`` of the bytes of a ``size``-byte blob this answer sends: its range,
+        else the whole blob."""
+        body = self.body
+        return (0, size) if body is None else (body.start, body.end + 1)
+
 
 def _reason(status: int) -> str:
     try:

@@ -642,9 +642,8 @@ class _Connection(asyncio.Protocol):
         """
         out = self._answer_bytes(head, answer, body)
         if served is not None:
-            sent = 0
-            if answer.send_body and head.method != "HEAD":
-                sent = len(body) if answer.body is None else answer.body.length
+            start, end = answer.span(len(body))
+            sent = end - start if answer.send_body and head.method != "HEAD" else 0
             self.server.book.served(served, sent)
         self._send(out)
         if not head.keep_alive:
@@ -652,10 +651,10 @@ class _Connection(asyncio.Protocol):
 
     @staticmethod
     def _answer_bytes(head: RequestHead, answer: Answer, body: bytes) -> bytes:
-        headers = _with_connection(head, answer.headers)
-        out = response_head(head.version, answer.status, answer.reason, headers)
-        if answer.send_body and head.method != "HEAD":
-            out += body if answer.body is None else body[answer.body.start : answer.body.end + 1]
+        out = _answer_head(head, answer)
+        if answer.send_body and head.method != "HEAD":  # a refusal to a HEAD sends none either
+            start, end = answer.span(len(body))
+            out += body[start:end]  # the whole of a bytes object is itself, not a copy
         return out
 
     def _slow_done(self, task: asyncio.Task[None]) -> None:
@@ -690,14 +689,10 @@ class _Connection(asyncio.Protocol):
         if body is not None or not answer.send_body:  # HEAD sends no body
             self._write_answer(head, answer, body or b"", served=key)
             return
-        start, end = (
-            (0, fetch.size) if answer.body is None else (answer.body.start, answer.body.end + 1)
-        )
+        start, end = answer.span(fetch.size)
         keep_alive = head.keep_alive
-        headers = _with_connection(head, answer.headers)
-        out = response_head(head.version, answer.status, answer.reason, headers)
         book.served(key, end - start)
-        self._send(out)
+        self._send(_answer_head(head, answer))
         try:
             await self._stream(fetch, start, end)
         except StoreError as exc:
@@ -717,6 +712,12 @@ class _Connection(asyncio.Protocol):
                     raise ConnectionResetError("the client went away")
                 self._send(part)
                 await self._drain()
+
+
+def _answer_head(head: RequestHead, answer: Answer) -> bytes:
+    """The status line and headers of ``answer`` to ``head``, in its HTTP version."""
+    headers = _with_connection(head, answer.headers)
+    return response_head(head.version, answer.status, answer.reason, headers)
 
 
 def _with_connection(

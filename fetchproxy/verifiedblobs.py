@@ -44,26 +44,22 @@ class VerifiedBlobs:
 
     def __init__(self, store: Store, *, cache_bytes: int = CACHE_BYTES) -> None:
         self.store = store
-        self._verified: set[Digest] = set()
         self._sizes: dict[Digest, int] = {}
+        """The blobs this run verified, with their sizes."""
         self._cache: OrderedDict[Digest, bytes] = OrderedDict()
         self._cache_size = 0
         self._cache_bytes = cache_bytes
 
-    async def verify(self, digest: Digest, size: int | None = None) -> None:
-        """Rehash the blob unless this run did already; with ``size``, check its size too.
+    async def verify(self, digest: Digest, size: int) -> None:
+        """Rehash the blob unless this run did already, and check it is ``size`` bytes long.
 
         Raises :class:`~fetchproxy.store.CorruptBlobError` when it does not hash to its name,
         :class:`WrongSizeError` when it is not ``size`` bytes long (the answer would carry a
         wrong content-length).
         """
-        if digest not in self._verified:
-            await asyncio.to_thread(self.store.verify, digest)
-            self._verified.add(digest)
-        if size is None:
-            return
         actual = self._sizes.get(digest)
         if actual is None:
+            await asyncio.to_thread(self.store.verify, digest)
             actual = self._sizes[digest] = self.store.size_of(digest)
         if actual != size:
             raise WrongSizeError(
@@ -79,7 +75,7 @@ class VerifiedBlobs:
             self._cache.move_to_end(digest)
         return body
 
-    async def small_body(self, digest: Digest, size: int | None = None) -> bytes:
+    async def small_body(self, digest: Digest, size: int) -> bytes:
         """The whole (small) body, verified, from memory or read once from the store."""
         await self.verify(digest, size)
         cached = self.cached(digest)

@@ -16,11 +16,12 @@ import json
 import os
 import ssl
 import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, overload
@@ -340,6 +341,27 @@ def _parse_curl(head: bytes, body: bytes, version: str) -> Fetched:
         name, _, value = line.partition(":")
         headers.append((name.strip().lower(), value.strip()))
     return Fetched(status, tuple(headers), body, protocol=f"HTTP/{version}")
+
+
+def run_fetchproxy(
+    *args: str,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    prefix: Sequence[str] = (),
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m fetchproxy ARGS`` as users run it (after ``prefix``, e.g. ``setpriv``), its
+    output captured; ``env`` replaces the environment."""
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "fetchproxy", *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def parse_cli(*argv: str) -> argparse.Namespace:

@@ -10,7 +10,6 @@ import argparse
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -21,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fetchproxy.ca import generate_ca
 from fetchproxy.cli import build_parser
-from tests.conftest import parse_cli
+from tests.conftest import parse_cli, run_fetchproxy
 
 STORE_DEFAULT = (
     "(default: $FETCHPROXY_STORE, else $XDG_CACHE_HOME/fetchproxy/store, "
@@ -30,16 +29,9 @@ STORE_DEFAULT = (
 
 
 def run_main(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``python -m fetchproxy ARGS``, as users run it."""
-    return subprocess.run(
-        [sys.executable, "-m", "fetchproxy", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={k: v for k, v in os.environ.items() if not k.startswith("FETCHPROXY_")},
-        timeout=60,
-        check=False,
-    )
+    """``python -m fetchproxy ARGS`` without the user's FETCHPROXY_ settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FETCHPROXY_")}
+    return run_fetchproxy(*args, cwd=cwd, env=env)
 
 
 def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:

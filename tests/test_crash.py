@@ -27,6 +27,7 @@ from fetchproxy.journal import journal_path, read_journal
 from fetchproxy.lockfile import load_lock
 from fetchproxy.store import DiskStore
 from fetchproxy.storeverify import verify_store
+from tests.conftest import run_fetchproxy
 
 BODY_SIZE = 512 * 1024
 
@@ -165,12 +166,7 @@ def test_sigkill_at_random_points_loses_nothing(tmp_path: Path, origin: str) -> 
         refused = Recorder.start_failure(tmp_path, lock, store)
         assert f"{journal}: a record that was interrupted or failed left this journal" in refused
 
-        recovered = subprocess.run(
-            [sys.executable, "-m", "fetchproxy", "lock", "recover", "--lock", str(lock)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        recovered = run_fetchproxy("lock", "recover", "--lock", str(lock))
         assert recovered.returncode == 0, recovered.stderr
         assert not journal.exists()
         assert {f.url for f in load_lock(lock).fetches} == {f.url for f in journalled}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from fetchproxy.digest import digest_bytes
 from fetchproxy.journal import Journal, JournalError, journal_mode, journal_path, read_journal
 from fetchproxy.lock import Fetch, Lock
 from fetchproxy.lockfile import load_lock, write_lock
-from tests.conftest import parse_cli
+from tests.conftest import parse_cli, run_fetchproxy
 
 
 def fetch(n: int) -> Fetch:
@@ -31,12 +30,7 @@ def fetch(n: int) -> Fetch:
 
 def recover(lock: Path) -> subprocess.CompletedProcess[str]:
     """``fetchproxy lock recover --lock LOCK``, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "fetchproxy", "lock", "recover", "--lock", str(lock)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return run_fetchproxy("lock", "recover", "--lock", str(lock))
 
 
 def test_entries_read_back_in_order_and_torn_last_line_is_skipped(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from fetchproxy.lockfile import load_lock
+from tests.conftest import run_fetchproxy
 
 pytestmark = [
     pytest.mark.root,
@@ -64,16 +65,10 @@ def origin() -> Iterator[str]:
         thread.join()
 
 
-def fetchproxy(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fetchproxy", *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "FETCHPROXY_STORE": str(tmp_path / "store")},
-    )
+def fetchproxy(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``fetchproxy ARGS`` in ``tmp_path``, its store there too; ``env``: more variables."""
+    store = str(tmp_path / "store")
+    return run_fetchproxy(*args, cwd=tmp_path, env={**os.environ, "FETCHPROXY_STORE": store, **env})
 
 
 def namespaces_and_veths() -> tuple[str, str]:
@@ -131,15 +126,7 @@ def test_a_run_removes_what_a_killed_run_left_in_the_temp_dir(tmp_path: Path) ->
     (stale / "mitmproxy-ca.pem").write_text("a killed run's CA key\n")
     (stale.parent / ".run-lock").write_text("")  # its run's flock went with the run
     (tmp_path / "fetchproxy.lock.toml").write_text("version = 1\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "fetchproxy", "replay", "--", "true"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "TMPDIR": str(temp), "FETCHPROXY_STORE": str(tmp_path / "store")},
-    )
+    result = fetchproxy(tmp_path, "replay", "--", "true", TMPDIR=str(temp))
     assert result.returncode == 0, result.stderr
     assert not stale.parent.exists()
     assert list(temp.iterdir()) == []  # its own directory is gone too

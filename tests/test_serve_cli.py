@@ -17,7 +17,7 @@ import pytest
 
 from fetchproxy.journal import journal_path
 from fetchproxy.lockfile import load_lock
-from tests.conftest import curl, urlfetch, urllib_opener
+from tests.conftest import curl, run_fetchproxy, urlfetch, urllib_opener
 from tests.origin import GZIP_WIRE, MEDIUM, SMALL, Origin, OriginPKI
 
 LISTENING_RE = re.compile(r"fetchproxy: listening on http://127\.0\.0\.1:(\d+)\n")
@@ -113,15 +113,7 @@ def serve(env: Env) -> Iterator[StartServe]:
 
 
 def run_cli(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fetchproxy", *args],
-        capture_output=True,
-        text=True,
-        cwd=env.home,
-        env=env.environ,
-        timeout=60,
-        check=False,
-    )
+    return run_fetchproxy(*args, cwd=env.home, env=env.environ)
 
 
 def is_listening(url: str) -> bool:
@@ -259,14 +251,7 @@ def test_a_refused_start_leaves_the_files_beside_the_default_lock_alone(tmp_path
     beside.write_text('{"event": "refused"}\n')
     for mode in ("record", "replay"):
         argv = ["serve", mode, "--listen", "127.0.0.1:0", "--lock", "sub/app.lock.toml"]
-        result = subprocess.run(
-            [sys.executable, "-m", "fetchproxy", *argv, "--http2"],  # replay on mitmproxy too
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        result = run_fetchproxy(*argv, "--http2", cwd=tmp_path)  # replay on mitmproxy too
         assert result.returncode == 2, result.stderr
         assert "sub/app.lock.toml:1" in result.stderr
         assert beside.read_text() == '{"event": "refused"}\n'

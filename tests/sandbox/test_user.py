@@ -40,6 +40,7 @@ from fetchproxy.sandbox.support import (
     user_namespace_failure_problem,
     user_namespace_limits_problem,
 )
+from tests.conftest import run_fetchproxy
 from tests.real_origins import HTTPSOrigin, static_site
 from tests.sandbox.conftest import (
     BUILD_ENV,
@@ -700,19 +701,9 @@ def origins(tmp_path: Path) -> Iterator[Origins]:
 def fetchproxy_command(
     work: Path, *args: str, prefix: Sequence[str] = ()
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*prefix, sys.executable, "-m", "fetchproxy", *args],
-        cwd=work,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={
-            **{k: v for k, v in os.environ.items() if not k.startswith("FETCHPROXY_")},
-            "FETCHPROXY_STORE": str(work / "store"),
-        },
-    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FETCHPROXY_")}
+    env["FETCHPROXY_STORE"] = str(work / "store")
+    return run_fetchproxy(*args, cwd=work, env=env, prefix=prefix)
 
 
 def notice(stderr: str, *, fallback: bool) -> str:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from mitmproxy import http
 
-from addons import flows
-from fetchproxy.blobserver import BlobServer
-from fetchproxy.lock import Fetch
-from fetchproxy.replaying import Answer, answer_for
+from fetchproxy.addons import flows
+from fetchproxy.addons.blobserver import BlobServer
+from fetchproxy.lock.model import Fetch
+from fetchproxy.replay.blobs import SMALL_BODY, VerifiedBlobs
+from fetchproxy.replay.decisions import Answer, answer_for
 from fetchproxy.store import Store
-from fetchproxy.verifiedblobs import SMALL_BODY, VerifiedBlobs
 
 _STREAMED = "fetchproxy.streamed-digest"
 

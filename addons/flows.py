@@ -13,9 +13,9 @@ from collections.abc import Collection
 from mitmproxy import http
 
 from fetchproxy.digest import digest_bytes
-from fetchproxy.gitbody import canonical_body
-from fetchproxy.normalize import RequestKey, normalize_request
-from fetchproxy.replaying import Answer
+from fetchproxy.keys.gitbody import canonical_body
+from fetchproxy.keys.request import RequestKey, normalize_request
+from fetchproxy.replay.decisions import Answer
 
 KEY = "fetchproxy.key"
 """``flow.metadata`` entry holding the flow's RequestKey."""

@@ -14,16 +14,17 @@ from pathlib import Path
 
 from mitmproxy import addonmanager, ctx, exceptions, http
 
-from addons import flows
-from addons.answers import LockAnswers
-from fetchproxy.atomicfile import check_writable
+from fetchproxy.addons import flows
+from fetchproxy.addons.answers import LockAnswers
 from fetchproxy.errors import FetchproxyError
-from fetchproxy.eventlog import EventLog, check_writable_log, default_log_path
-from fetchproxy.journal import Journal, journal_path
-from fetchproxy.lock import Fetch, Lock
-from fetchproxy.lockfile import LockFileError, load_lock, write_lock
-from fetchproxy.normalize import DEFAULT_SECRET_PARAMS, InvalidURLError, RequestKey
-from fetchproxy.recording import (
+from fetchproxy.files import check_writable
+from fetchproxy.keys.request import RequestKey
+from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS, InvalidURLError
+from fetchproxy.lock.eventlog import EventLog, check_writable_log, default_log_path
+from fetchproxy.lock.file import LockFileError, load_lock, write_lock
+from fetchproxy.lock.journal import Journal, journal_path
+from fetchproxy.lock.model import Fetch, Lock
+from fetchproxy.record.rules import (
     STRIPPED_REQUEST_HEADERS,
     UPSTREAM_ACCEPT_ENCODING,
     fetch_from_answer,

@@ -15,15 +15,16 @@ from pathlib import Path
 from mitmproxy import addonmanager, ctx, exceptions, http, tcp, udp
 from mitmproxy.proxy import server_hooks
 
-from addons import flows
-from addons.answers import LockAnswers
-from fetchproxy.atomicfile import WriteError
-from fetchproxy.eventlog import EventLog, check_writable_log, default_log_path
-from fetchproxy.lock import Lock
-from fetchproxy.lockfile import LockFileError, load_lock
-from fetchproxy.normalize import DEFAULT_SECRET_PARAMS, InvalidURLError, RequestKey
-from fetchproxy.replaybook import MissingBodiesError, ReplayBook, check_bodies
-from fetchproxy.replaying import (
+from fetchproxy.addons import flows
+from fetchproxy.addons.answers import LockAnswers
+from fetchproxy.files import WriteError
+from fetchproxy.keys.request import RequestKey
+from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS, InvalidURLError
+from fetchproxy.lock.eventlog import EventLog, check_writable_log, default_log_path
+from fetchproxy.lock.file import LockFileError, load_lock
+from fetchproxy.lock.model import Lock
+from fetchproxy.replay.book import MissingBodiesError, ReplayBook, check_bodies
+from fetchproxy.replay.decisions import (
     CORRUPT_BLOB,
     INVALID_REQUEST,
     NOT_HTTP,

@@ -21,8 +21,8 @@ from pathlib import Path
 import tomlkit
 
 from fetchproxy.digest import digest_bytes
-from fetchproxy.lock import Fetch, Lock
-from fetchproxy.lockfile import load_lock, render_lock, write_lock
+from fetchproxy.lock.file import load_lock, render_lock, write_lock
+from fetchproxy.lock.model import Fetch, Lock
 
 
 def make_lock(entries: int) -> Lock:

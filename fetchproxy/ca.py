@@ -26,8 +26,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from fetchproxy.atomicfile import write_atomic
 from fetchproxy.errors import FetchproxyError
+from fetchproxy.files import write_atomic
 
 MITMPROXY_CA_FILE = "mitmproxy-ca.pem"
 CERT_FILE = "fetchproxy-ca.pem"

@@ -26,7 +26,7 @@ from fetchproxy.ca import (
     persistent_ca_dir,
 )
 from fetchproxy.errors import FetchproxyError
-from tests.conftest import Paths, StartProxy
+from tests.support.proxy import Paths, StartProxy
 
 
 def mode_of(path: Path) -> int:

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from fetchproxy.atomicfile import fsync_dir, probe_writable
 from fetchproxy.digest import ALGORITHM, Digest
+from fetchproxy.files import fsync_dir, probe_writable
 from fetchproxy.store.base import (
     BlobReader,
     BlobWriter,

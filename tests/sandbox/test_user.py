@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 import fetchproxy
-from fetchproxy.run import user_sandbox_notice
+from fetchproxy.run.build import user_sandbox_notice
 from fetchproxy.sandbox import SandboxError, UserSandbox, available_sandbox, linux
 from fetchproxy.sandbox.holder import UserNamespaceError
 from fetchproxy.sandbox.support import (
@@ -40,8 +40,6 @@ from fetchproxy.sandbox.support import (
     user_namespace_failure_problem,
     user_namespace_limits_problem,
 )
-from tests.conftest import run_fetchproxy
-from tests.real_origins import HTTPSOrigin, static_site
 from tests.sandbox.conftest import (
     BUILD_ENV,
     CAPABILITY_PROBE,
@@ -62,6 +60,8 @@ from tests.sandbox.conftest import (
     sigints_after_ctrl_c,
     wait_for,
 )
+from tests.support.cli import run_fetchproxy
+from tests.support.real_origins import HTTPSOrigin, static_site
 
 pytestmark = pytest.mark.root
 

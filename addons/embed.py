@@ -1,0 +1,206 @@
+"""The embedded proxy: one in-process mitmproxy with fetchproxy's addons.
+
+:class:`ProxyRun` starts mitmproxy on the running event loop with its terminal log and dumper
+off, ``connection_strategy=lazy`` (an eager strategy dials the origin at CONNECT time, which
+replay must never do), upstream TLS verified against the system and certifi bundles plus any
+``--upstream-ca``, and either the record or the replay addon. ``start()`` returns once the
+listeners accept connections or raises :class:`ProxyStartError` with mitmproxy's own reason;
+``stop()`` closes the listeners first (mitmproxy leaves them open otherwise) and then shuts down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import certifi
+from mitmproxy import exceptions, master, options
+from mitmproxy.addons import default_addons
+
+from fetchproxy.addons.lifecycle import Lifecycle
+from fetchproxy.addons.record import Record
+from fetchproxy.addons.replay import Replay
+from fetchproxy.ca import system_trust_bundle
+from fetchproxy.digest import digest_bytes, hex_of
+from fetchproxy.files import write_atomic
+from fetchproxy.lock.journal import journal_path
+from fetchproxy.replay.book import ReplayBook
+from fetchproxy.run.settings import Address, ProxySettings, ProxyStartError, cannot_listen
+
+SETTLE_TIMEOUT = 30.0
+"""How long ``stop()`` waits for fetches in flight to be stored before recording ends."""
+
+logger = logging.getLogger("fetchproxy.embed")
+
+
+class _StartupErrors(logging.Handler):
+    """Collects what mitmproxy logs as errors while it starts (instead of its ErrorCheck)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _said_by_the_record_addon(record: logging.LogRecord) -> bool:
+    """mitmproxy's own warning for an origin whose TLS failed: the record addon reports the
+    same failure, with the URL and what to do, so the warning is left out."""
+    return not record.getMessage().startswith("Server TLS handshake failed")
+
+
+_CONNECTION_LOG = "mitmproxy.proxy.server"
+
+
+def upstream_trust_bundle(confdir: Path, extra: Sequence[Path]) -> Path:
+    """The certifi and system bundles plus ``extra``, as one file in ``confdir``.
+
+    mitmproxy's ``ssl_verify_upstream_trusted_ca`` replaces its default trust, so everything
+    has to be in the one file.
+    """
+    parts = [Path(certifi.where()).read_bytes()]
+    system = system_trust_bundle()
+    if system:
+        parts.append(system)
+    for path in extra:
+        try:
+            parts.append(path.read_bytes())
+        except OSError as exc:
+            raise ProxyStartError(f"{path}: cannot read --upstream-ca: {exc.strerror}") from None
+    data = b"\n".join(parts)
+    # Named by content: mitmproxy caches its upstream TLS context by file name (lru_cache), and
+    # two runs with different bundles may share a confdir (several `serve` processes, tests).
+    bundle = confdir / f"upstream-trust-{hex_of(digest_bytes(data))[:16]}.pem"
+    write_atomic(bundle, data)
+    return bundle
+
+
+class ProxyRun:
+    """One running mitmproxy. Use ``await start()``, then ``await stop()``."""
+
+    def __init__(
+        self, settings: ProxySettings, *, on_running: Callable[[], None] | None = None
+    ) -> None:
+        self.settings = settings
+        self.lifecycle = Lifecycle(on_running, only_client_ports=settings.only_client_ports)
+        self.addon: Record | Replay = (
+            Record(settings.store, secret_params=settings.secret_params)
+            if settings.mode == "record"
+            else Replay(settings.store, secret_params=settings.secret_params)
+        )
+        self._master: master.Master | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._errors = _StartupErrors()
+        self.addresses: list[Address] = []
+
+    @property
+    def book(self) -> ReplayBook | None:
+        """Replay: what the run served and refused."""
+        return self.addon.book if isinstance(self.addon, Replay) else None
+
+    @property
+    def record(self) -> Record | None:
+        return self.addon if isinstance(self.addon, Record) else None
+
+    @property
+    def turned_away(self) -> int:
+        """Clients the client gate refused (``only_client_ports``)."""
+        return self.lifecycle.turned_away
+
+    async def start(self) -> list[Address]:
+        s = self.settings
+        journal = journal_path(s.lock)
+        if s.mode == "record" and journal.exists():
+            raise ProxyStartError(
+                f"{journal}: a record that was interrupted or failed left this journal; run "
+                f"`fetchproxy lock recover --lock {s.lock}` to keep what it fetched, "
+                "or delete it to start afresh"
+            )
+        opts = options.Options()
+        self._master = master.Master(opts)
+        self._master.addons.add(self.lifecycle, *default_addons(), self.addon)
+        prefix = s.mode
+        mitm_log = logging.getLogger("mitmproxy")
+        mitm_log.addHandler(self._errors)
+        mitm_log.propagate = False  # startup errors end up in ProxyStartError, said once
+        try:
+            opts.update(
+                listen_host=s.listen_host,
+                listen_port=s.listen_port,
+                confdir=str(s.confdir),
+                connection_strategy="lazy",
+                ssl_verify_upstream_trusted_ca=str(upstream_trust_bundle(s.confdir, s.upstream_ca)),
+                http2=s.http2,
+                http3=False,
+                **{
+                    f"{prefix}_lock": str(s.lock),
+                    f"{prefix}_log": str(s.log) if s.log else "",
+                },
+                **({"record_keep": s.keep} if s.mode == "record" else {}),
+                **s.extra_options,
+            )
+        except exceptions.OptionsError as exc:
+            mitm_log.removeHandler(self._errors)
+            mitm_log.propagate = True
+            # On an OptionsError mitmproxy rolls the options back and configures the addons
+            # again with the old values; an error from that second round (say, about the
+            # default lock path) hides the real one, which is its __context__.
+            first: BaseException = exc
+            cause: BaseException | None = exc
+            while cause is not None:
+                if isinstance(cause, exceptions.OptionsError):
+                    first = cause
+                cause = cause.__context__
+            raise ProxyStartError(str(first)) from None
+        loop = asyncio.get_running_loop()
+        listening: asyncio.Future[list[Address]] = loop.create_future()
+        self.lifecycle.listening = listening
+        self._task = asyncio.create_task(self._master.run())
+        waiters: set[asyncio.Future[Any]] = {self._task, listening}
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if listening.done() and not self._errors.messages:
+            mitm_log.removeHandler(self._errors)
+            mitm_log.propagate = True
+            self.addresses = listening.result()
+            if self.addresses:
+                if s.mode == "record":  # removed in stop()
+                    logging.getLogger(_CONNECTION_LOG).addFilter(_said_by_the_record_addon)
+                return self.addresses
+        await self.stop()
+        mitm_log.removeHandler(self._errors)
+        mitm_log.propagate = True
+        # mitmproxy's messages end in hints about its own options (`--mode ...`): first lines only
+        reasons = "; ".join(m.splitlines()[0] for m in self._errors.messages if m.strip())
+        raise cannot_listen(
+            s,
+            reasons or "mitmproxy stopped while starting",
+            in_use="address already in use" in reasons,
+        )
+
+    async def stop(self) -> None:
+        """Close the listeners, let fetches in flight finish (record), then shut down."""
+        m = self._master
+        if m is None:
+            return
+        proxyserver = m.addons.get("proxyserver")
+        if proxyserver is not None:
+            with suppress(Exception):
+                await proxyserver.servers.update([])
+        if isinstance(self.addon, Record):
+            pending = await self.addon.settle(SETTLE_TIMEOUT)
+            if pending:
+                logger.warning(
+                    "record: stopped with %d fetches still in flight; they are not in the lock",
+                    pending,
+                )
+        m.shutdown()
+        if self._task is not None:
+            with suppress(asyncio.CancelledError):
+                await self._task
+        self._master = None
+        logging.getLogger(_CONNECTION_LOG).removeFilter(_said_by_the_record_addon)

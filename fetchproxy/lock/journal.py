@@ -1,0 +1,109 @@
+"""The record journal: every finished fetch, appended as it happens.
+
+``record`` writes the canonical lock only at the end. Until then each locked fetch is one JSON
+line in ``<lock>.journal`` (flushed per line, so a killed run keeps everything it finished; the
+blobs themselves are already fsynced in the store). The file is made with the first fetch, and
+its first line says whether the run keeps the existing lock (``--keep``): ``{"journal": 1,
+"keep": false}``. A successful run removes the journal; after an interrupted or failed one,
+``fetchproxy lock recover`` turns it into a lock (on top of the existing lock for ``--keep``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Literal, Self
+
+from fetchproxy.errors import FetchproxyError
+from fetchproxy.lock.model import Fetch, LockFieldError
+
+
+class JournalError(FetchproxyError, ValueError):
+    """A journal line that cannot be read back."""
+
+
+_HEADER = "journal"
+"""The key of a journal's first line, which says how the run records."""
+
+
+def journal_path(lock_path: Path) -> Path:
+    """Where a record of ``lock_path`` keeps its journal."""
+    return lock_path.with_name(lock_path.name + ".journal")
+
+
+class Journal:
+    """An append-only file of fetches, made at the first; ``close(remove=True)`` once the lock
+    is written. ``keep``: the run adds to the existing lock (``--keep``)."""
+
+    def __init__(self, path: Path, *, keep: bool = False) -> None:
+        self.path = path
+        self.keep = keep
+        self.appended = 0
+        self._file: IO[str] | None = None
+        self._closed = False
+
+    def append(self, fetch: Fetch) -> None:
+        assert not self._closed, "journal is closed"
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("w", encoding="utf-8")
+            self._file.write(json.dumps({_HEADER: 1, "keep": self.keep}) + "\n")
+        self._file.write(json.dumps(fetch.to_dict(), ensure_ascii=False) + "\n")
+        self._file.flush()
+        self.appended += 1
+
+    def close(self, *, remove: bool) -> None:
+        self._closed = True
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None
+        if remove:
+            self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close(remove=False)
+
+
+def journal_mode(path: Path) -> Literal["fresh", "keep", "older"]:
+    """How the run that wrote the journal at ``path`` recorded: afresh, ``--keep`` (adding to
+    the existing lock), or unknown: a journal from before the first line said."""
+    with path.open(encoding="utf-8") as file:
+        first = file.readline()
+    try:
+        header = json.loads(first)
+    except json.JSONDecodeError:
+        return "older"
+    if not (isinstance(header, dict) and _HEADER in header):
+        return "older"
+    return "keep" if header.get("keep") is True else "fresh"
+
+
+def read_journal(path: Path) -> Iterator[Fetch]:
+    """The fetches in a journal, in order. A torn last line (a killed write) is skipped."""
+    with path.open(encoding="utf-8") as file:
+        lines = file.read().split("\n")
+    last = len(lines)
+    while last and not lines[last - 1]:
+        last -= 1
+    for lineno, line in enumerate(lines[:last], 1):
+        if not line:
+            continue
+        try:
+            table = json.loads(line)
+        except json.JSONDecodeError:
+            if lineno == last:
+                return  # the line a killed run was writing
+            raise JournalError(f"{path}:{lineno}: not a journal line") from None
+        if lineno == 1 and isinstance(table, dict) and _HEADER in table:
+            continue
+        try:
+            yield Fetch.from_dict(table)
+        except LockFieldError as exc:
+            raise JournalError(f"{path}:{lineno}: {exc}") from None

@@ -1,0 +1,298 @@
+"""The lock model: which fetches a build may make and what each one answered.
+
+Pure values, no I/O. A :class:`Lock` is a sorted tuple of :class:`Fetch` entries, one per
+:class:`~fetchproxy.normalize.RequestKey`; its text form lives in :mod:`fetchproxy.lockfile`.
+The field list below *is* the format: the order of ``FIELDS`` is the order of keys inside each
+``[[fetch]]`` table, and ``docs/lock-format.md`` describes each one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from fetchproxy.digest import Digest, parse_digest
+from fetchproxy.errors import FetchproxyError
+from fetchproxy.keys.request import RequestKey, SortKey
+from fetchproxy.lock.toml import toml_spelling
+
+VERSION: Final = 1
+"""The lock format version this fetchproxy reads and writes."""
+
+LockValue = str | int
+
+
+class LockFieldError(FetchproxyError, ValueError):
+    """One field of one entry is wrong; :mod:`fetchproxy.lockfile` adds the file and line."""
+
+    def __init__(self, index: int | None, field_name: str | None, message: str) -> None:
+        self.index = index
+        self.field_name = field_name
+        self.message = message
+        super().__init__(f"{self.where}: {message}" if self.where else message)
+
+    @property
+    def where(self) -> str:
+        """``fetch[N].FIELD``, ``fetch[N]`` or the empty string."""
+        if self.index is None:
+            return self.field_name or ""
+        suffix = f".{self.field_name}" if self.field_name else ""
+        return f"fetch[{self.index}]{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str  # as written in the lock
+    attr: str  # the Fetch attribute
+    kind: type  # str or int
+    required: bool
+
+
+FIELDS: Final = (
+    _Field("method", "method", str, required=True),
+    _Field("url", "url", str, required=True),
+    _Field("accept", "accept", str, required=False),
+    _Field("git-protocol", "git_protocol", str, required=False),
+    _Field("body-digest", "body_digest", str, required=False),
+    _Field("status", "status", int, required=True),
+    _Field("location", "location", str, required=False),
+    _Field("digest", "digest", str, required=True),
+    _Field("size", "size", int, required=True),
+    _Field("content-type", "content_type", str, required=False),
+    _Field("content-encoding", "content_encoding", str, required=False),
+    _Field("content-disposition", "content_disposition", str, required=False),
+    _Field("content-length", "content_length", int, required=False),
+)
+"""Every field of a ``[[fetch]]`` table, in the order they are written."""
+
+FIELD_NAMES: Final = frozenset(f.name for f in FIELDS)
+
+_METHOD_RE = re.compile(r"[A-Z][A-Z0-9!#$%&'*+.^_`|~-]*")
+_LINE_BREAK_RE = re.compile(r"[\r\n\x00]")
+RESPONSE_HEADERS: Final = ("content-type", "content-encoding", "content-disposition", "location")
+"""The response headers a lock keeps and replay sends back, in that order (the rest are volatile
+or derived)."""
+_HEADER_FIELDS: Final = tuple((name, name.replace("-", "_")) for name in RESPONSE_HEADERS)
+"""``(field name, Fetch attribute)`` of each of :data:`RESPONSE_HEADERS`."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fetch:
+    """One recorded fetch: the request's key and the answer replay gives back."""
+
+    method: str
+    url: str
+    accept: str | None = None
+    git_protocol: str | None = None
+    body_digest: Digest | None = None
+    status: int
+    location: str | None = None
+    digest: Digest
+    size: int
+    content_type: str | None = None
+    content_encoding: str | None = None
+    content_disposition: str | None = None
+    content_length: int | None = None
+    """The recorded ``content-length`` of a bodiless answer (HEAD); ``size`` is the blob's."""
+
+    @property
+    def key(self) -> RequestKey:
+        """The normalized request this entry answers."""
+        return RequestKey(
+            method=self.method,
+            url=self.url,
+            accept=self.accept,
+            git_protocol=self.git_protocol,
+            body_digest=self.body_digest,
+        )
+
+    def response_headers(self) -> list[tuple[str, str]]:
+        """The recorded headers replay sends back, in :data:`RESPONSE_HEADERS` order."""
+        return [
+            (name, value)
+            for name, attr in _HEADER_FIELDS
+            if (value := getattr(self, attr)) is not None
+        ]
+
+    def sort_key(self) -> SortKey:
+        """The lock's total order (that of :class:`RequestKey`)."""
+        return (
+            self.url,
+            self.method,
+            self.accept or "",
+            self.git_protocol or "",
+            self.body_digest or "",
+        )
+
+    def to_dict(self) -> dict[str, LockValue]:
+        """The TOML table, keys in format order, absent optional fields left out."""
+        table: dict[str, LockValue] = {}
+        for f in FIELDS:
+            value = getattr(self, f.attr)
+            if value is not None:
+                table[f.name] = value
+        return table
+
+    @classmethod
+    def from_dict(cls, table: Mapping[str, object], *, index: int | None = None) -> Fetch:
+        """Validate one ``[[fetch]]`` table; raise :class:`LockFieldError` naming the field."""
+        for name in table:
+            if name not in FIELD_NAMES:
+                raise LockFieldError(
+                    index,
+                    name,
+                    "unknown field — the fields of a fetch are "
+                    f"{', '.join(f.name for f in FIELDS)}",
+                )
+        values: dict[str, object] = {}
+        for f in FIELDS:
+            value = table.get(f.name)
+            if value is None:
+                if f.required:
+                    raise LockFieldError(index, f.name, "missing — every fetch needs this field")
+                continue
+            # bool is an int subclass; TOML true/false is never a valid value here
+            if type(value) is not f.kind:
+                kind = "a string" if f.kind is str else "an integer"
+                raise LockFieldError(index, f.name, f"{toml_spelling(value)} is not {kind}")
+            values[f.attr] = value
+        try:
+            return _checked(values)
+        except _BadValueError as bad:
+            raise LockFieldError(index, bad.field_name, bad.message) from None
+
+
+class _BadValueError(Exception):
+    def __init__(self, field_name: str, message: str) -> None:
+        self.field_name = field_name
+        self.message = message
+
+
+def _checked(values: dict[str, object]) -> Fetch:
+    """Build a Fetch from type-checked values, checking what types cannot say."""
+    method = values["method"]
+    assert isinstance(method, str)
+    if not _METHOD_RE.fullmatch(method):
+        raise _BadValueError("method", f"{toml_spelling(method)} is not an uppercase HTTP method")
+    url = values["url"]
+    assert isinstance(url, str)
+    if not url.startswith(("http://", "https://")):
+        raise _BadValueError("url", f"{toml_spelling(url)} is not an http:// or https:// URL")
+    for name, attr in (("digest", "digest"), ("body-digest", "body_digest")):
+        raw = values.get(attr)
+        if raw is not None:
+            assert isinstance(raw, str)
+            try:
+                values[attr] = parse_digest(raw)
+            except ValueError as exc:
+                raise _BadValueError(name, str(exc)) from None
+    status = values["status"]
+    assert isinstance(status, int)
+    if not 100 <= status <= 499:
+        hint = " (5xx answers are passed to the client but never locked)" if status >= 500 else ""
+        raise _BadValueError("status", f"{status} is not a recordable HTTP status (100-499){hint}")
+    for name, attr in (("size", "size"), ("content-length", "content_length")):
+        number = values.get(attr)
+        if isinstance(number, int) and number < 0:
+            raise _BadValueError(name, f"{number} is negative")
+    for name, attr in _HEADER_FIELDS:
+        text = values.get(attr)
+        if isinstance(text, str) and _LINE_BREAK_RE.search(text):
+            # replayed as a header: a line break would add headers of its own
+            raise _BadValueError(
+                name,
+                f"{toml_spelling(text)} has a line break or NUL in it, which no header value "
+                "can hold",
+            )
+    return Fetch(**values)  # type: ignore[arg-type]
+
+
+class DuplicateFetchError(FetchproxyError, ValueError):
+    """Two entries share one key."""
+
+    def __init__(self, first: int, second: int, key: RequestKey) -> None:
+        self.first = first
+        self.second = second
+        self.key = key
+        super().__init__(
+            f"fetch[{second}]: the same request as fetch[{first}] ({key.method} {key.url}) — "
+            "a lock holds one answer per request; keep one of the two, or re-record"
+        )
+
+
+class UnsortedFetchError(FetchproxyError, ValueError):
+    """An entry stands before one it must follow."""
+
+    def __init__(self, index: int, previous: Fetch, current: Fetch) -> None:
+        self.index = index
+        super().__init__(
+            f"fetch[{index}]: out of order ({current.method} {current.url} must come before "
+            f"{previous.method} {previous.url}) — run `fetchproxy lock fmt` to sort the file"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Lock:
+    """A lock: version 1, one :class:`Fetch` per key, sorted by key.
+
+    Build one with :meth:`from_fetches` (any order, duplicates refused) or :meth:`from_sorted`
+    (checks the order, as loading a file does).
+    """
+
+    fetches: tuple[Fetch, ...] = ()
+    _index: dict[SortKey, Fetch] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_fetches(cls, fetches: Iterable[Fetch]) -> Lock:
+        """Sort ``fetches`` into a lock; two entries with one key raise DuplicateFetchError."""
+        entries = tuple(fetches)
+        index = _index_of(entries)
+        return cls(tuple(sorted(entries, key=Fetch.sort_key)), index)
+
+    @classmethod
+    def from_sorted(cls, fetches: Iterable[Fetch]) -> Lock:
+        """A lock from entries already in order; raise UnsortedFetchError otherwise."""
+        entries = tuple(fetches)
+        index = _index_of(entries)
+        keys = list(index)  # dicts keep insertion order: the entries' keys, in order
+        for i in range(1, len(keys)):
+            if keys[i] < keys[i - 1]:
+                raise UnsortedFetchError(i, entries[i - 1], entries[i])
+        return cls(entries, index)
+
+    def __len__(self) -> int:
+        return len(self.fetches)
+
+    def updated(self, fetches: Iterable[Fetch]) -> Lock:
+        """This lock with ``fetches`` added; one with the key of an entry replaces it."""
+        entries = {f.key: f for f in self.fetches}
+        entries.update((f.key, f) for f in fetches)
+        return Lock.from_fetches(entries.values())
+
+    def lookup(self, key: RequestKey) -> Fetch | None:
+        """The entry recorded for exactly ``key``, or None. Never a near match."""
+        return self._index.get(key.sort_key())
+
+    def digests(self) -> frozenset[Digest]:
+        """Every blob the lock refers to."""
+        return frozenset(f.digest for f in self.fetches)
+
+    def total_size(self) -> int:
+        """The bytes of every distinct blob the lock refers to."""
+        sizes = {f.digest: f.size for f in self.fetches}
+        return sum(sizes.values())
+
+
+def _index_of(entries: tuple[Fetch, ...]) -> dict[SortKey, Fetch]:
+    """Entries by key; DuplicateFetchError names the positions (in ``entries``) of a repeat."""
+    index: dict[SortKey, Fetch] = {}
+    positions: dict[SortKey, int] = {}
+    for i, entry in enumerate(entries):
+        sort_key = entry.sort_key()
+        if sort_key in positions:
+            raise DuplicateFetchError(positions[sort_key], i, entry.key)
+        index[sort_key] = entry
+        positions[sort_key] = i
+    return index

@@ -1,0 +1,157 @@
+"""What replay answers: pure decisions over the lock, no mitmproxy and no I/O.
+
+A request's key either names a lock entry exactly (a hit, answered with the recorded status,
+headers and bytes) or it does not (a refusal, with the nearest entry to make the fix obvious).
+There is no third outcome: no near match is ever served and nothing is forwarded.
+"""
+
+from __future__ import annotations
+
+import bisect
+import http
+from dataclasses import dataclass
+
+from fetchproxy.keys.request import RequestKey
+from fetchproxy.lock.model import Fetch, Lock
+from fetchproxy.replay.ranges import ByteRange, Unsatisfiable, parse_range
+from fetchproxy.store import CorruptBlobError, StoreError
+
+REFUSED_HEADER = "x-fetchproxy-refused"
+NOT_IN_LOCK = "not-in-lock"
+CORRUPT_BLOB = "corrupt-blob"
+NOT_HTTP = "not-http"
+INVALID_REQUEST = "invalid-request"
+STORE_ERROR = "store-error"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A response to send: status, headers in order, and which bytes of the blob follow."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: ByteRange | None
+    """The part of the blob to send; None sends the whole blob (or nothing, for HEAD)."""
+    send_body: bool = True
+
+    @property
+    def reason(self) -> str:
+        return _reason(self.status)
+
+    def span(self, size: int) -> tuple[int, int]:
+        """``(start, end)`` of the bytes of a ``size``-byte blob this answer sends: its range,
+        else the whole blob."""
+        body = self.body
+        return (0, size) if body is None else (body.start, body.end + 1)
+
+
+def _reason(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def answer_for(fetch: Fetch, *, method: str, range_header: str | None) -> Answer:
+    """The recorded answer for a hit, with ``Range`` honoured on a recorded 200."""
+    headers = fetch.response_headers()
+    if method == "HEAD":
+        length = fetch.content_length if fetch.content_length is not None else fetch.size
+        headers.append(("content-length", str(length)))
+        return Answer(fetch.status, tuple(headers), None, send_body=False)
+    wanted = parse_range(range_header, fetch.size) if fetch.status == 200 else None
+    if isinstance(wanted, Unsatisfiable):
+        return Answer(
+            416,
+            (("content-range", wanted.content_range()), ("content-length", "0")),
+            None,
+            send_body=False,
+        )
+    if isinstance(wanted, ByteRange):
+        headers.append(("content-range", wanted.content_range()))
+        headers.append(("content-length", str(wanted.length)))
+        return Answer(206, tuple(headers), wanted)
+    headers.append(("content-length", str(fetch.size)))
+    return Answer(fetch.status, tuple(headers), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """What a refused request gets: the answer (status and headers) and its one-line body."""
+
+    answer: Answer
+    text: bytes
+
+
+def refusal(
+    key: RequestKey, *, lock_name: str, reason: str = NOT_IN_LOCK, status: int = 403
+) -> Refusal:
+    """The 403 a build sees for a request the lock does not hold (502 for a bad blob)."""
+    return _refusal(status, reason, _refusal_text(key, lock_name=lock_name, reason=reason))
+
+
+def invalid_request(problem: str) -> Refusal:
+    """The 400 for a request replay cannot key: its URL is not one a lock can name."""
+    return _refusal(400, INVALID_REQUEST, f"fetchproxy: refused: {problem}\n")
+
+
+def store_refusal(exc: StoreError) -> tuple[str, int]:
+    """The reason and status for a hit whose blob the store cannot serve: never its bytes."""
+    return (CORRUPT_BLOB if isinstance(exc, CorruptBlobError) else STORE_ERROR), 502
+
+
+def _refusal(status: int, reason: str, text: str) -> Refusal:
+    body = text.encode()
+    headers = (
+        (REFUSED_HEADER, reason),
+        ("content-type", "text/plain; charset=utf-8"),
+        ("content-length", str(len(body))),
+    )
+    return Refusal(Answer(status, headers, None), body)
+
+
+def _refusal_text(key: RequestKey, *, lock_name: str, reason: str = NOT_IN_LOCK) -> str:
+    """The one-line body of a refusal, naming the method, URL and lock."""
+    if reason == NOT_IN_LOCK:
+        why = f"not in the lock {lock_name}"
+    elif reason == CORRUPT_BLOB:
+        why = f"the recorded body in the store is corrupt (lock {lock_name})"
+    elif reason == STORE_ERROR:
+        why = f"the recorded body cannot be served from the store (lock {lock_name})"
+    else:
+        why = f"{reason} (lock {lock_name})"
+    return f"fetchproxy: refused {key.method} {key.url}: {why}\n"
+
+
+def nearest(lock: Lock, key: RequestKey) -> Fetch | None:
+    """The lock entry most like ``key``: the longest shared URL prefix, then the same method.
+
+    Entries are sorted by URL, so the longest common prefix is at a neighbour of the spot
+    where ``key`` would be inserted.
+    """
+    fetches = lock.fetches
+    if not fetches:
+        return None
+    position = bisect.bisect_left(fetches, key.sort_key(), key=Fetch.sort_key)
+    candidates = fetches[max(position - 2, 0) : position + 2]
+
+    def likeness(entry: Fetch) -> tuple[int, bool, bool]:
+        return (
+            _common_prefix(entry.url, key.url),
+            entry.method == key.method,
+            entry.accept == key.accept,
+        )
+
+    best = max(candidates, key=likeness)
+    host = key.url.split("/", 3)[:3]
+    if best.url.split("/", 3)[:3] != host:
+        return None  # nothing on this host: a new host is its own message
+    return best
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

@@ -1,0 +1,171 @@
+"""``fetchproxy store verify``: rehash every blob in the store; ``--repair`` moves bad ones aside.
+
+A blob is bad when its bytes no longer hash to its name (a failing disk, a hand edit) or when it
+cannot be read at all (an I/O error). Replay already refuses to serve such a blob; this finds
+them all before a build does. Repair moves each bad blob to ``<store>/corrupt/blake3-<hex>``
+(``-2``, ``-3``… when that name is taken): outside ``blake3/``, so nothing reads it as a blob
+any more, and the next record fetches the body again. The file is kept for inspection; delete
+``corrupt/`` when done.
+
+Moving is safe while records run: the blob is first renamed (atomically, whatever file holds
+the name at that moment) to a private name in ``corrupt/`` and hashed again there; if it turns
+out intact — a writer published a good copy after a gc removed the bad one — it is put back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import blake3
+
+from fetchproxy.digest import PREFIX, Digest, hex_of
+from fetchproxy.store import CorruptBlobError, DiskStore, MissingBlobError, StoreError
+from fetchproxy.store.disk import DIR_MODE, store_error
+from fetchproxy.text import counted, human_bytes
+
+CORRUPT_DIR: Final = "corrupt"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BadBlob:
+    """A blob that does not hash to its name or cannot be read."""
+
+    digest: Digest
+    path: Path
+    actual: Digest | None
+    """What its bytes hash to; None when they could not be read."""
+    reason: str
+    """``its bytes hash to blake3:…`` or ``unreadable: <error>``."""
+    moved_to: Path | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoreVerifyReport:
+    store: Path
+    checked: int
+    bytes_checked: int
+    bad: tuple[BadBlob, ...]
+    repair: bool
+
+    @property
+    def clean(self) -> bool:
+        return not self.bad
+
+
+def verify_store(store: DiskStore, *, repair: bool = False) -> StoreVerifyReport:
+    """Rehash every blob of ``store``; with ``repair``, move the bad ones aside."""
+    checked = size = 0
+    bad: list[BadBlob] = []
+    for digest in store.digests():
+        found = _check(store, digest)
+        if found is None:
+            continue  # removed meanwhile (gc)
+        checked += 1
+        size += found[0]
+        problem = found[1]
+        if problem is not None and repair:
+            aside = f"move {problem.path} aside into {store.root / CORRUPT_DIR}"
+            try:
+                problem = _move_aside(store, problem)
+            except OSError as exc:
+                fix = "--repair needs write access to the store"
+                raise store_error(aside, exc, fix) from exc
+        if problem is not None:
+            bad.append(problem)
+    return StoreVerifyReport(
+        store=store.root, checked=checked, bytes_checked=size, bad=tuple(bad), repair=repair
+    )
+
+
+def _check(store: DiskStore, digest: Digest) -> tuple[int, BadBlob | None] | None:
+    """The blob's size and what is wrong with it; None when it no longer exists."""
+    path = store.blob_path(digest)
+    try:
+        size = store.size_of(digest)
+        store.verify(digest)
+    except MissingBlobError:
+        return None
+    except CorruptBlobError as exc:
+        reason = f"its bytes hash to {exc.actual}"
+        return size, BadBlob(digest=digest, path=path, actual=exc.actual, reason=reason)
+    except StoreError as exc:
+        cause = exc.__cause__
+        error = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(exc)
+        return size, BadBlob(digest=digest, path=path, actual=None, reason=f"unreadable: {error}")
+    return size, None
+
+
+def _move_aside(store: DiskStore, bad: BadBlob) -> BadBlob | None:
+    """Move ``bad`` into ``corrupt/``; None if the file now at its name is intact after all."""
+    directory = store.root / CORRUPT_DIR
+    directory.mkdir(mode=DIR_MODE, exist_ok=True)
+    hex_digest = hex_of(bad.digest)
+    private = directory / f".moving-{os.getpid()}-{hex_digest}"
+    try:
+        bad.path.rename(private)
+    except FileNotFoundError:  # removed meanwhile: nothing left to move
+        return None
+    if _hashes_to(private, bad.digest):
+        with contextlib.suppress(FileExistsError):  # a writer published it again meanwhile
+            os.link(private, bad.path)
+        private.unlink()
+        return None
+    for attempt in itertools.count(1):
+        suffix = "" if attempt == 1 else f"-{attempt}"
+        target = directory / f"blake3-{hex_digest}{suffix}"
+        try:
+            os.link(private, target)
+        except FileExistsError:
+            continue
+        private.unlink()
+        return BadBlob(
+            digest=bad.digest, path=bad.path, actual=bad.actual, reason=bad.reason, moved_to=target
+        )
+    raise AssertionError("unreachable")
+
+
+def _hashes_to(path: Path, digest: Digest) -> bool:
+    """Whether the file at ``path`` can be read and hashes to ``digest``."""
+    hasher = blake3.blake3()
+    try:
+        with path.open("rb") as file:
+            while chunk := file.read(1 << 20):
+                hasher.update(chunk)
+    except OSError:
+        return False
+    return PREFIX + hasher.hexdigest() == digest
+
+
+# ------------------------------------------------------------------------------------------ text
+
+
+def render_verify(report: StoreVerifyReport) -> str:
+    """What ``fetchproxy store verify`` prints: one line per bad blob, then a summary line."""
+    lines = [f"fetchproxy store verify: {report.store}"]
+    for bad in report.bad:
+        lines.append(f"corrupt blob {bad.digest} at {bad.path}: {bad.reason}")
+        if bad.moved_to is not None:
+            lines.append(f"  moved to {bad.moved_to}")
+    checked = (
+        f"summary: {counted(report.checked, 'blob', 'blobs')} checked "
+        f"({human_bytes(report.bytes_checked)})"
+    )
+    count = len(report.bad)
+    if not count:
+        return "\n".join([*lines, f"{checked}, all intact"]) + "\n"
+    if report.repair:
+        advice = (
+            f"moved aside to {report.store / CORRUPT_DIR}; record again to fetch "
+            f"{'its body' if count == 1 else 'their bodies'}"
+        )
+    else:
+        advice = (
+            f"move {'it' if count == 1 else 'them'} aside with "
+            "`fetchproxy store verify --repair`, then record again"
+        )
+    return "\n".join([*lines, f"{checked}, {count} corrupt — {advice}"]) + "\n"

@@ -21,6 +21,7 @@ from pathlib import Path
 import tomlkit
 
 from fetchproxy.digest import digest_bytes
+from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.file import load_lock, render_lock, write_lock
 from fetchproxy.lock.model import Fetch, Lock
 
@@ -31,8 +32,11 @@ def make_lock(entries: int) -> Lock:
         body = i.to_bytes(8, "little")
         fetches.append(
             Fetch(
-                method="GET",
-                url=f"https://files{i % 50}.example.org/pool/main/p/pkg{i}/pkg{i}_1.{i % 7}.tar.gz",
+                key=RequestKey(
+                    method="GET",
+                    url=f"https://files{i % 50}.example.org/pool/main/p/pkg{i}/"
+                    f"pkg{i}_1.{i % 7}.tar.gz",
+                ),
                 status=200,
                 digest=digest_bytes(body),
                 size=1000 + i,

@@ -106,9 +106,9 @@ def lock_verify(args: argparse.Namespace) -> int:
         if fetch.digest in intact and (actual := store.size_of(fetch.digest)) != fetch.size:
             wrong_size += 1
             print(
-                f"fetchproxy: {args.lock}: {fetch.method} {fetch.url} has size = {fetch.size}, "
-                f"but its blob {fetch.digest} is {actual} bytes: replay answers it 502 "
-                "store-error — record it again rather than edit the lock",
+                f"fetchproxy: {args.lock}: {fetch.key.method} {fetch.key.url} has size = "
+                f"{fetch.size}, but its blob {fetch.digest} is {actual} bytes: replay answers "
+                "it 502 store-error — record it again rather than edit the lock",
                 file=sys.stderr,
             )
     blobs = len(lock.digests())

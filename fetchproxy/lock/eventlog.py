@@ -14,7 +14,7 @@ from typing import IO, Self
 
 from fetchproxy.files import check_writable, write_error
 from fetchproxy.keys.request import RequestKey
-from fetchproxy.lock.model import Fetch
+from fetchproxy.lock.model import Fetch, key_table
 
 
 def default_log_path(lock_path: Path) -> Path:
@@ -22,18 +22,6 @@ def default_log_path(lock_path: Path) -> Path:
     name = lock_path.name
     stem = name[: -len(".toml")] if name.endswith(".toml") else name
     return lock_path.with_name(f"{stem}.log.jsonl")
-
-
-def key_fields(key: RequestKey) -> dict[str, str]:
-    """A key as JSON fields, leaving out what it does not have."""
-    fields = {"method": key.method, "url": key.url}
-    if key.accept is not None:
-        fields["accept"] = key.accept
-    if key.git_protocol is not None:
-        fields["git-protocol"] = key.git_protocol
-    if key.body_digest is not None:
-        fields["body-digest"] = key.body_digest
-    return fields
 
 
 _FIX = "the event log goes elsewhere with --log PATH"
@@ -70,9 +58,9 @@ class EventLog:
     ) -> None:
         """A request that was not served, with the lock entry most like it (and why, for a
         blob the store could not serve)."""
-        near = None if nearest is None else key_fields(nearest.key)
+        near = None if nearest is None else key_table(nearest.key)
         extra = {} if error is None else {"error": error}
-        self.emit("refused", reason=reason, key=key_fields(key), nearest=near, **extra)
+        self.emit("refused", reason=reason, key=key_table(key), nearest=near, **extra)
 
     def close(self) -> None:
         if self._file is not None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from fetchproxy.digest import Digest
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.files import write_atomic
+from fetchproxy.keys.request import RequestKey
 from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS, InvalidURLError, normalize_url
 from fetchproxy.lock.model import (
     FIELDS,
@@ -64,10 +65,10 @@ def render_lock(lock: Lock) -> str:
     for entry in lock.fetches:
         parts.append("\n[[fetch]]\n")
         for f in FIELDS:
-            value = getattr(entry, f.attr)
+            value = f.value(entry)
             if value is None:
                 continue
-            if f.kind is int:
+            if isinstance(value, int):
                 parts.append(f"{f.name} = {value}\n")
             else:
                 parts.append(f"{f.name} = {_toml_string(value)}\n")
@@ -257,13 +258,17 @@ def _parse_exact(text: str) -> list[Fetch] | None:
             cdisp,
             clen,
         ) = match.groups()
+        if accept == "" or gitp == "":
+            return None  # the general path names the empty field
         append(
             Fetch(
-                method=method,
-                url=url,
-                accept=accept,
-                git_protocol=gitp,
-                body_digest=None if body is None else Digest(body),
+                key=RequestKey(
+                    method=method,
+                    url=url,
+                    accept=accept,
+                    git_protocol=gitp,
+                    body_digest=None if body is None else Digest(body),
+                ),
                 status=int(status),
                 location=location,
                 digest=Digest(digest),
@@ -405,7 +410,7 @@ def normal_form_problems(
     """
     problems = []
     for index, entry in enumerate(lock.fetches):
-        problem = _url_problem(entry.url, secret_params)
+        problem = _url_problem(entry.key.url, secret_params)
         if problem is not None:
             problems.append(f"{path}: fetch[{index}] url {problem}")
     return problems

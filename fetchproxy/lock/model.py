@@ -1,7 +1,7 @@
 """The lock model: which fetches a build may make and what each one answered.
 
 Pure values, no I/O. A :class:`Lock` is a sorted tuple of :class:`Fetch` entries, one per
-:class:`~fetchproxy.normalize.RequestKey`; its text form lives in :mod:`fetchproxy.lockfile`.
+:class:`~fetchproxy.keys.request.RequestKey`; its text form lives in :mod:`fetchproxy.lock.file`.
 The field list below *is* the format: the order of ``FIELDS`` is the order of keys inside each
 ``[[fetch]]`` table, and ``docs/lock-format.md`` describes each one.
 """
@@ -43,30 +43,50 @@ class LockFieldError(FetchproxyError, ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class _Field:
-    name: str  # as written in the lock
-    attr: str  # the Fetch attribute
+class Field:
+    """One field of a ``[[fetch]]`` table: its name in the lock, where its value lives in the model
+    (an attribute of the entry's :class:`RequestKey`, or of the :class:`Fetch` itself), its type."""
+
+    name: str
+    attr: str
     kind: type  # str or int
     required: bool
+    in_key: bool
+
+    def value(self, entry: Fetch) -> LockValue | None:
+        """This field's value in ``entry`` (None when absent)."""
+        value: LockValue | None = getattr(entry.key if self.in_key else entry, self.attr)
+        return value
+
+
+def _key(name: str, *, required: bool = False) -> Field:
+    return Field(name, name.replace("-", "_"), str, required, in_key=True)
+
+
+def _answer(name: str, kind: type = str, *, required: bool = False) -> Field:
+    return Field(name, name.replace("-", "_"), kind, required, in_key=False)
 
 
 FIELDS: Final = (
-    _Field("method", "method", str, required=True),
-    _Field("url", "url", str, required=True),
-    _Field("accept", "accept", str, required=False),
-    _Field("git-protocol", "git_protocol", str, required=False),
-    _Field("body-digest", "body_digest", str, required=False),
-    _Field("status", "status", int, required=True),
-    _Field("location", "location", str, required=False),
-    _Field("digest", "digest", str, required=True),
-    _Field("size", "size", int, required=True),
-    _Field("content-type", "content_type", str, required=False),
-    _Field("content-encoding", "content_encoding", str, required=False),
-    _Field("content-disposition", "content_disposition", str, required=False),
-    _Field("content-length", "content_length", int, required=False),
+    _key("method", required=True),
+    _key("url", required=True),
+    _key("accept"),
+    _key("git-protocol"),
+    _key("body-digest"),
+    _answer("status", int, required=True),
+    _answer("location"),
+    _answer("digest", required=True),
+    _answer("size", int, required=True),
+    _answer("content-type"),
+    _answer("content-encoding"),
+    _answer("content-disposition"),
+    _answer("content-length", int),
 )
-"""Every field of a ``[[fetch]]`` table, in the order they are written."""
+"""Every field of a ``[[fetch]]`` table, in the order they are written: the one table the
+lock's writer, its readers, the journal, the event log and the diff all go by."""
 
+KEY_FIELDS: Final = tuple(f for f in FIELDS if f.in_key)
+"""The fields that make up an entry's key, in order."""
 FIELD_NAMES: Final = frozenset(f.name for f in FIELDS)
 
 _METHOD_RE = re.compile(r"[A-Z][A-Z0-9!#$%&'*+.^_`|~-]*")
@@ -78,15 +98,22 @@ _HEADER_FIELDS: Final = tuple((name, name.replace("-", "_")) for name in RESPONS
 """``(field name, Fetch attribute)`` of each of :data:`RESPONSE_HEADERS`."""
 
 
+def key_table(key: RequestKey) -> dict[str, str]:
+    """A key as lock fields (``method``, ``url``, …), leaving out what it does not have: how
+    the journal, the event log and JSON output spell a key."""
+    table: dict[str, str] = {}
+    for f in KEY_FIELDS:
+        value = getattr(key, f.attr)
+        if value is not None:
+            table[f.name] = value
+    return table
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Fetch:
-    """One recorded fetch: the request's key and the answer replay gives back."""
+    """One recorded fetch: the request's key, and the answer replay gives back."""
 
-    method: str
-    url: str
-    accept: str | None = None
-    git_protocol: str | None = None
-    body_digest: Digest | None = None
+    key: RequestKey
     status: int
     location: str | None = None
     digest: Digest
@@ -96,17 +123,6 @@ class Fetch:
     content_disposition: str | None = None
     content_length: int | None = None
     """The recorded ``content-length`` of a bodiless answer (HEAD); ``size`` is the blob's."""
-
-    @property
-    def key(self) -> RequestKey:
-        """The normalized request this entry answers."""
-        return RequestKey(
-            method=self.method,
-            url=self.url,
-            accept=self.accept,
-            git_protocol=self.git_protocol,
-            body_digest=self.body_digest,
-        )
 
     def response_headers(self) -> list[tuple[str, str]]:
         """The recorded headers replay sends back, in :data:`RESPONSE_HEADERS` order."""
@@ -118,19 +134,13 @@ class Fetch:
 
     def sort_key(self) -> SortKey:
         """The lock's total order (that of :class:`RequestKey`)."""
-        return (
-            self.url,
-            self.method,
-            self.accept or "",
-            self.git_protocol or "",
-            self.body_digest or "",
-        )
+        return self.key.sort_key()
 
     def to_dict(self) -> dict[str, LockValue]:
         """The TOML table, keys in format order, absent optional fields left out."""
         table: dict[str, LockValue] = {}
         for f in FIELDS:
-            value = getattr(self, f.attr)
+            value = f.value(self)
             if value is not None:
                 table[f.name] = value
         return table
@@ -157,7 +167,7 @@ class Fetch:
             if type(value) is not f.kind:
                 kind = "a string" if f.kind is str else "an integer"
                 raise LockFieldError(index, f.name, f"{toml_spelling(value)} is not {kind}")
-            values[f.attr] = value
+            values[f.name] = value
         try:
             return _checked(values)
         except _BadValueError as bad:
@@ -171,7 +181,7 @@ class _BadValueError(Exception):
 
 
 def _checked(values: dict[str, object]) -> Fetch:
-    """Build a Fetch from type-checked values, checking what types cannot say."""
+    """Build a Fetch from type-checked values (by field name), checking what types cannot say."""
     method = values["method"]
     assert isinstance(method, str)
     if not _METHOD_RE.fullmatch(method):
@@ -180,12 +190,12 @@ def _checked(values: dict[str, object]) -> Fetch:
     assert isinstance(url, str)
     if not url.startswith(("http://", "https://")):
         raise _BadValueError("url", f"{toml_spelling(url)} is not an http:// or https:// URL")
-    for name, attr in (("digest", "digest"), ("body-digest", "body_digest")):
-        raw = values.get(attr)
+    for name in ("digest", "body-digest"):
+        raw = values.get(name)
         if raw is not None:
             assert isinstance(raw, str)
             try:
-                values[attr] = parse_digest(raw)
+                values[name] = parse_digest(raw)
             except ValueError as exc:
                 raise _BadValueError(name, str(exc)) from None
     status = values["status"]
@@ -193,12 +203,12 @@ def _checked(values: dict[str, object]) -> Fetch:
     if not 100 <= status <= 499:
         hint = " (5xx answers are passed to the client but never locked)" if status >= 500 else ""
         raise _BadValueError("status", f"{status} is not a recordable HTTP status (100-499){hint}")
-    for name, attr in (("size", "size"), ("content-length", "content_length")):
-        number = values.get(attr)
+    for name in ("size", "content-length"):
+        number = values.get(name)
         if isinstance(number, int) and number < 0:
             raise _BadValueError(name, f"{number} is negative")
-    for name, attr in _HEADER_FIELDS:
-        text = values.get(attr)
+    for name in RESPONSE_HEADERS:
+        text = values.get(name)
         if isinstance(text, str) and _LINE_BREAK_RE.search(text):
             # replayed as a header: a line break would add headers of its own
             raise _BadValueError(
@@ -206,7 +216,13 @@ def _checked(values: dict[str, object]) -> Fetch:
                 f"{toml_spelling(text)} has a line break or NUL in it, which no header value "
                 "can hold",
             )
-    return Fetch(**values)  # type: ignore[arg-type]
+    try:
+        key = RequestKey(**{f.attr: values.get(f.name) for f in KEY_FIELDS})  # type: ignore[arg-type]
+    except ValueError:  # an empty accept, git-protocol or body-digest
+        empty = next(f.name for f in KEY_FIELDS if values.get(f.name) == "")
+        raise _BadValueError(empty, "is empty — leave the field out instead") from None
+    answer = {f.attr: values[f.name] for f in FIELDS if not f.in_key and f.name in values}
+    return Fetch(key=key, **answer)  # type: ignore[arg-type]
 
 
 class DuplicateFetchError(FetchproxyError, ValueError):
@@ -227,9 +243,10 @@ class UnsortedFetchError(FetchproxyError, ValueError):
 
     def __init__(self, index: int, previous: Fetch, current: Fetch) -> None:
         self.index = index
+        before, after = current.key, previous.key
         super().__init__(
-            f"fetch[{index}]: out of order ({current.method} {current.url} must come before "
-            f"{previous.method} {previous.url}) — run `fetchproxy lock fmt` to sort the file"
+            f"fetch[{index}]: out of order ({before.method} {before.url} must come before "
+            f"{after.method} {after.url}) — run `fetchproxy lock fmt` to sort the file"
         )
 
 

@@ -62,11 +62,13 @@ def fetch_from_answer(
     if key.method == "HEAD" and size == 0 and kept.get("content-length", "").isdigit():
         content_length = int(kept["content-length"])
     return Fetch(
-        method=key.method,
-        url=key.url,
-        accept=key.accept,
-        git_protocol=key.git_protocol,
-        body_digest=key.body_digest,
+        key=RequestKey(
+            method=key.method,
+            url=key.url,
+            accept=key.accept,
+            git_protocol=key.git_protocol,
+            body_digest=key.body_digest,
+        ),
         status=status,
         location=location,
         digest=digest,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.keys.request import RequestKey
-from fetchproxy.lock.eventlog import EventLog, default_log_path, key_fields
+from fetchproxy.lock.eventlog import EventLog, default_log_path
 from fetchproxy.lock.file import load_lock
-from fetchproxy.lock.model import Fetch, Lock
+from fetchproxy.lock.model import Fetch, Lock, key_table
 from fetchproxy.replay.decisions import NOT_HTTP, nearest
 from fetchproxy.store import Store
 
@@ -127,5 +127,5 @@ class ReplayBook:
     def close(self) -> None:
         """Log the unused entries and close the event log."""
         for fetch in self.unused():
-            self.events.emit("unused", key=key_fields(fetch.key))
+            self.events.emit("unused", key=key_table(fetch.key))
         self.events.close()

@@ -137,14 +137,14 @@ def nearest(lock: Lock, key: RequestKey) -> Fetch | None:
 
     def likeness(entry: Fetch) -> tuple[int, bool, bool]:
         return (
-            _common_prefix(entry.url, key.url),
-            entry.method == key.method,
-            entry.accept == key.accept,
+            _common_prefix(entry.key.url, key.url),
+            entry.key.method == key.method,
+            entry.key.accept == key.accept,
         )
 
     best = max(candidates, key=likeness)
     host = key.url.split("/", 3)[:3]
-    if best.url.split("/", 3)[:3] != host:
+    if best.key.url.split("/", 3)[:3] != host:
         return None  # nothing on this host: a new host is its own message
     return best
 

@@ -37,7 +37,7 @@ _LISTING_SKIPS: Final = frozenset(
 
 def host_of(entry: Fetch) -> str:
     """``entry.key.host`` (``host[:port]``) without building the key, which big diffs feel."""
-    match = _AUTHORITY_RE.match(entry.url)
+    match = _AUTHORITY_RE.match(entry.key.url)
     return match.group(1) if match else entry.key.host
 
 
@@ -96,9 +96,7 @@ class EntryChange:
         """Names (as in the lock) of the fields that differ, in lock order; () unless changed."""
         if self.old is None or self.new is None:
             return ()
-        return tuple(
-            f.name for f in FIELDS if getattr(self.old, f.attr) != getattr(self.new, f.attr)
-        )
+        return tuple(f.name for f in FIELDS if f.value(self.old) != f.value(self.new))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -204,13 +202,13 @@ def short_digest(digest: Digest) -> str:
 def request_text(entry: Fetch) -> str:
     """``GET https://host/path``, with ``[accept: …]``, ``[git-protocol: …]`` and
     ``[body: blake3:…]`` when in the key."""
-    parts = [entry.method, entry.url]
-    if entry.accept is not None:
-        parts.append(f"[accept: {entry.accept}]")
-    if entry.git_protocol is not None:
-        parts.append(f"[git-protocol: {entry.git_protocol}]")
-    if entry.body_digest is not None:
-        parts.append(f"[body: {short_digest(entry.body_digest)}]")
+    parts = [entry.key.method, entry.key.url]
+    if entry.key.accept is not None:
+        parts.append(f"[accept: {entry.key.accept}]")
+    if entry.key.git_protocol is not None:
+        parts.append(f"[git-protocol: {entry.key.git_protocol}]")
+    if entry.key.body_digest is not None:
+        parts.append(f"[body: {short_digest(entry.key.body_digest)}]")
     return " ".join(parts)
 
 

@@ -60,7 +60,7 @@ def test_a_project_secret_parameter_never_reaches_the_lock(rig: Rig) -> None:
     assert rig.get(recorder, "/small.txt?session=s3ss10n-value").status == 200
     assert recorder.stop() == 0
     assert "s3ss10n-value" not in rig.paths.lock.read_text()
-    assert [f.url for f in load_lock(rig.paths.lock).fetches] == [rig.origin.url("/small.txt")]
+    assert [f.key.url for f in load_lock(rig.paths.lock).fetches] == [rig.origin.url("/small.txt")]
 
     replayer = rig.start("replay", secret_params=secret_params)
     assert rig.get(replayer, "/small.txt?session=another-session").status == 200

@@ -12,6 +12,7 @@ import pytest
 from fetchproxy.cli import commands
 from fetchproxy.digest import digest_bytes
 from fetchproxy.files import WriteError
+from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.file import load_lock, write_lock
 from fetchproxy.lock.journal import Journal, JournalError, journal_mode, journal_path, read_journal
 from fetchproxy.lock.model import Fetch, Lock
@@ -20,8 +21,7 @@ from tests.support.cli import parse_cli, run_fetchproxy
 
 def fetch(n: int) -> Fetch:
     return Fetch(
-        method="GET",
-        url=f"https://example.org/{n}",
+        key=RequestKey(method="GET", url=f"https://example.org/{n}"),
         status=200,
         digest=digest_bytes(b"%d" % n),
         size=1,
@@ -60,7 +60,7 @@ def test_lock_recover_writes_the_lock_and_removes_the_journal(tmp_path: Path) ->
     result = recover(lock)
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"fetchproxy: {lock}: recovered 3 fetches from {journal_path(lock)}\n"
-    assert [f.url for f in load_lock(lock).fetches] == [fetch(n).url for n in (1, 2, 3)]
+    assert [f.key.url for f in load_lock(lock).fetches] == [fetch(n).key.url for n in (1, 2, 3)]
     assert not journal_path(lock).exists()
 
 
@@ -127,4 +127,4 @@ def test_an_older_journal_is_recovered_onto_the_lock_dropping_nothing(tmp_path: 
         f"fetchproxy: {lock}: recovered 1 fetch from {journal_path(lock)} on top of its "
         "2 entries (an older journal: nothing is removed)\n"
     )
-    assert [f.url for f in load_lock(lock).fetches] == [fetch(n).url for n in (1, 2, 3)]
+    assert [f.key.url for f in load_lock(lock).fetches] == [fetch(n).key.url for n in (1, 2, 3)]

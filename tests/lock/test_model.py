@@ -10,6 +10,7 @@ from fetchproxy.digest import digest_bytes
 from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.model import DuplicateFetchError, Fetch, Lock, LockFieldError
 from fetchproxy.lock.toml import toml_spelling
+from tests.support.locks import make_fetch
 
 D = digest_bytes(b"body")
 
@@ -17,7 +18,7 @@ D = digest_bytes(b"body")
 def fetch(url: str = "https://example.org/a", **fields: object) -> Fetch:
     values: dict[str, object] = {"method": "GET", "url": url, "status": 200, "digest": D, "size": 4}
     values.update(fields)
-    return Fetch(**values)  # type: ignore[arg-type]
+    return make_fetch(**values)
 
 
 def test_lookup_is_exact_never_near() -> None:
@@ -37,7 +38,7 @@ def test_entries_are_sorted_by_key() -> None:
     lock = Lock.from_fetches(
         [fetch("https://b.org/"), fetch("https://a.org/", method="HEAD"), fetch("https://a.org/")]
     )
-    assert [(f.url, f.method) for f in lock.fetches] == [
+    assert [(f.key.url, f.key.method) for f in lock.fetches] == [
         ("https://a.org/", "GET"),
         ("https://a.org/", "HEAD"),
         ("https://b.org/", "GET"),

@@ -169,7 +169,7 @@ def test_sigkill_at_random_points_loses_nothing(tmp_path: Path, origin: str) -> 
         recovered = run_fetchproxy("lock", "recover", "--lock", str(lock))
         assert recovered.returncode == 0, recovered.stderr
         assert not journal.exists()
-        assert {f.url for f in load_lock(lock).fetches} == {f.url for f in journalled}
+        assert {f.key.url for f in load_lock(lock).fetches} == {f.key.url for f in journalled}
         previous = lock.read_bytes()
     assert recovered_rounds >= 4  # most runs were killed after their first fetch
 

@@ -11,7 +11,7 @@ from tests.support.proxy import Rig
 
 
 def urls(rig: Rig) -> set[str]:
-    return {f.url for f in load_lock(rig.paths.lock).fetches}
+    return {f.key.url for f in load_lock(rig.paths.lock).fetches}
 
 
 def test_record_keep_answers_known_requests_from_the_store_and_adds_only_misses(

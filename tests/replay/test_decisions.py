@@ -14,6 +14,7 @@ from fetchproxy.replay.decisions import (
 )
 from fetchproxy.replay.ranges import ByteRange
 from fetchproxy.store import CorruptBlobError, StoreError
+from tests.support.locks import make_fetch
 
 D = digest_bytes(b"0123456789")
 
@@ -27,7 +28,7 @@ def fetch(url: str = "https://example.org/pkg/a.tgz", **fields: object) -> Fetch
         "size": 10,
     }
     values.update(fields)
-    return Fetch(**values)  # type: ignore[arg-type]
+    return make_fetch(**values)
 
 
 def test_hit_restores_recorded_headers_and_length() -> None:

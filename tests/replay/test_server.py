@@ -34,6 +34,7 @@ from fetchproxy.replay.directrun import DirectReplayRun
 from fetchproxy.run.settings import ProxySettings, ProxyStartError
 from fetchproxy.store import DiskStore
 from tests.support.cli import read_events
+from tests.support.locks import make_fetch
 from tests.support.proxy import ProxyThread
 
 SMALL = b"small file\n" * 10
@@ -58,7 +59,7 @@ class Served:
 
 
 def entry(url: str, body: bytes, digest: Digest, *, method: str = "GET", **fields: Any) -> Fetch:
-    return Fetch(method=method, url=url, status=200, digest=digest, size=len(body), **fields)
+    return make_fetch(method=method, url=url, status=200, digest=digest, size=len(body), **fields)
 
 
 @pytest.fixture

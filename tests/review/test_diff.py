@@ -27,6 +27,7 @@ from fetchproxy.review.diff import (
     summary_line,
 )
 from tests.support.cli import parse_cli
+from tests.support.locks import make_fetch
 
 MiB = 1 << 20
 FOO = "https://files.example.org/pkg/foo-1.0.tar.gz"
@@ -39,7 +40,7 @@ PAYLOAD = "https://evil.example.net/payload.sh"
 def fetch(url: str, body: bytes, size: int, **fields: object) -> Fetch:
     values: dict[str, object] = {"method": "GET", "url": url, "status": 200}
     values.update(fields)
-    return Fetch(digest=digest_bytes(body), size=size, **values)  # type: ignore[arg-type]
+    return make_fetch(digest=digest_bytes(body), size=size, **values)
 
 
 OLD = Lock.from_fetches(
@@ -86,14 +87,14 @@ def test_the_diff_value() -> None:
     assert not diff.identical
     assert [h.host for h in diff.hosts] == ["evil.example.net", "files.example.org"]
     assert [h.new_host for h in diff.hosts] == [True, False]
-    assert [(c.kind, c.entry.url) for c in diff.entries] == [
+    assert [(c.kind, c.entry.key.url) for c in diff.entries] == [
         ("added", PAYLOAD),
         ("removed", BAR1),
         ("added", BAR2),
         ("changed", FOO),
         ("changed", OPTIONAL),
     ]
-    assert [c.entry.url for c in diff.content_drift] == [FOO]
+    assert [c.entry.key.url for c in diff.content_drift] == [FOO]
     assert diff.changed[0].changed_fields == ("digest", "size")
     assert diff.changed[1].changed_fields == ("status", "content-type")
     assert diff.new_hosts == ("evil.example.net",)

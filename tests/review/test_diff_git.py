@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from fetchproxy.digest import digest_bytes
+from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.file import render_lock
 from fetchproxy.lock.model import Fetch, Lock
 
@@ -33,7 +34,9 @@ PAYLOAD_DIGEST = "blake3:ec90915fa26ab012a89a88ecc8b47e4dd76c4adfd6abd1fc10e321b
 
 
 def fetch(url: str, body: bytes, size: int) -> Fetch:
-    return Fetch(method="GET", url=url, status=200, digest=digest_bytes(body), size=size)
+    return Fetch(
+        key=RequestKey(method="GET", url=url), status=200, digest=digest_bytes(body), size=size
+    )
 
 
 OLD = Lock.from_fetches([fetch(FOO, b"foo 1.0", 10485760), fetch(BAR1, b"bar 1.0", 1153434)])

@@ -12,6 +12,7 @@ import pytest
 
 from fetchproxy.cli.lockstore import run_store
 from fetchproxy.digest import Digest, digest_bytes, hex_of
+from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.file import LockFileError, write_lock
 from fetchproxy.lock.journal import Journal, journal_path
 from fetchproxy.lock.model import Fetch, Lock
@@ -34,7 +35,7 @@ LATER = 10 * HOUR  # gc's clock this far ahead: everything on disk is old
 
 
 def entry(url: str, digest: Digest, size: int) -> Fetch:
-    return Fetch(method="GET", url=url, status=200, digest=digest, size=size)
+    return Fetch(key=RequestKey(method="GET", url=url), status=200, digest=digest, size=size)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import pytest
 from fetchproxy.cli import commands
 from fetchproxy.digest import digest_bytes
 from fetchproxy.errors import FetchproxyError
+from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.file import write_lock
 from fetchproxy.lock.model import Fetch, Lock
 from fetchproxy.store import DiskStore
@@ -20,8 +21,7 @@ OTHER = b"another recorded body\n"
 
 def entry(path: str, body: bytes, *, size: int | None = None) -> Fetch:
     return Fetch(
-        method="GET",
-        url=f"https://example.org/{path}",
+        key=RequestKey(method="GET", url=f"https://example.org/{path}"),
         status=200,
         digest=digest_bytes(body),
         size=len(body) if size is None else size,

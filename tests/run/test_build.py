@@ -165,7 +165,7 @@ def test_a_failed_build_leaves_the_lock_and_its_fetches_are_recoverable(
         assert "a record that was interrupted or failed left this journal" in again.stderr
 
     def urls() -> list[str]:
-        return [fetch.url for fetch in load_lock(lock).fetches]
+        return [fetch.key.url for fetch in load_lock(lock).fetches]
 
     failing("/gone")  # a fresh record: recovering makes the lock what it fetched
     recovered = fetchproxy(tmp_path, "lock", "recover")

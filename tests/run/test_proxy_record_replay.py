@@ -127,9 +127,9 @@ def entry(lock: Lock, method: str, url: str, **fields: object) -> Fetch:
     found = [
         f
         for f in lock.fetches
-        if f.method == method
-        and f.url == url
-        and all(getattr(f, name) == value for name, value in fields.items())
+        if f.key.method == method
+        and f.key.url == url
+        and all(f.to_dict().get(name.replace("_", "-")) == value for name, value in fields.items())
     ]
     assert len(found) == 1, f"{method} {url} {fields}: {found}"
     return found[0]
@@ -181,7 +181,7 @@ def test_record_then_replay_everything_with_curl_and_urllib(rig: Rig) -> None:
     assert entry(lock, "GET", f"{base}/medium.bin").content_disposition == (
         'attachment; filename="medium.bin"'
     )
-    assert len([f for f in lock.fetches if f.body_digest is not None]) == 3
+    assert len([f for f in lock.fetches if f.key.body_digest is not None]) == 3
 
     # ---- replay with the origin still up: same status, recorded headers and bytes; no upstream
     origin.reset()
@@ -434,7 +434,7 @@ def test_server_errors_reach_the_client_but_never_the_lock(
     assert (got.status, got.body) == (503, b"try again later\n")
     assert rig.get(recorder, "/small.txt").status == 200
     recorder.stop()
-    assert [f.url for f in load_lock(rig.paths.lock).fetches] == [rig.origin.url("/small.txt")]
+    assert [f.key.url for f in load_lock(rig.paths.lock).fetches] == [rig.origin.url("/small.txt")]
     assert capfd.readouterr().err.endswith(
         f"fetchproxy: recorded 1 fetch (1020 B) into {rig.paths.lock}; "
         "1 passed through unlocked (5xx or websocket)\n"
@@ -448,7 +448,7 @@ def test_the_last_fetch_before_stop_is_in_the_lock(rig: Rig) -> None:
         recorder = rig.start("record", lock=lock)
         assert rig.get(recorder, "/medium.bin").body == MEDIUM
         recorder.stop()
-        assert [f.url for f in load_lock(lock).fetches] == [rig.origin.url("/medium.bin")]
+        assert [f.key.url for f in load_lock(lock).fetches] == [rig.origin.url("/medium.bin")]
 
 
 @REPLAY_ENGINES

@@ -147,7 +147,7 @@ def test_corrupt_blobs_small_and_large_are_refused_with_502(
 ) -> None:
     record(rig, "/small.txt", "/medium.bin")
     base, lock = rig.origin.base_url, rig.paths.lock
-    damaged = {f.url: corrupt(rig.paths.store, f.digest) for f in load_lock(lock).fetches}
+    damaged = {f.key.url: corrupt(rig.paths.store, f.digest) for f in load_lock(lock).fetches}
     replayer = rig.start("replay")
     why = f"the recorded body in the store is corrupt (lock {lock})"
     for target in ("/small.txt", "/medium.bin"):
@@ -185,7 +185,9 @@ def test_a_blob_corrupted_during_replay_is_never_served_whole(
     replayer = rig.start("replay")
     assert rig.get(replayer, "/medium.bin").body == MEDIUM
     assert rig.get(replayer, "/small.txt").body == SMALL
-    damaged = {f.url: corrupt(rig.paths.store, f.digest) for f in load_lock(rig.paths.lock).fetches}
+    damaged = {
+        f.key.url: corrupt(rig.paths.store, f.digest) for f in load_lock(rig.paths.lock).fetches
+    }
 
     with pytest.raises(http.client.IncompleteRead) as cut:
         rig.get(replayer, "/medium.bin")
@@ -251,7 +253,7 @@ def test_record_refuses_an_origin_whose_certificate_it_cannot_verify(
     trusted = rig.start("record")
     assert rig.get(trusted, url).body == SMALL
     trusted.stop()
-    assert [f.url for f in load_lock(rig.paths.lock).fetches] == [url]
+    assert [f.key.url for f in load_lock(rig.paths.lock).fetches] == [url]
 
 
 @REPLAY_ENGINES

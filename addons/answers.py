@@ -15,8 +15,8 @@ from fetchproxy.addons import flows
 from fetchproxy.addons.blobserver import BlobServer
 from fetchproxy.lock.model import Fetch
 from fetchproxy.replay.blobs import SMALL_BODY, VerifiedBlobs
-from fetchproxy.replay.decisions import Answer, answer_for
-from fetchproxy.store import Store
+from fetchproxy.replay.decisions import Answer
+from fetchproxy.store import CorruptBlobError
 
 _STREAMED = "fetchproxy.streamed-digest"
 
@@ -24,10 +24,10 @@ _STREAMED = "fetchproxy.streamed-digest"
 class LockAnswers:
     """Serves recorded answers for one run. ``start()`` in ``running``, ``close()`` in ``done``."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, verified: VerifiedBlobs) -> None:
+        self.verified = verified
+        self.store = verified.store
         self.blobs: BlobServer | None = None
-        self.verified = VerifiedBlobs(store)
 
     async def start(self) -> None:
         if self.blobs is None:
@@ -43,24 +43,19 @@ class LockAnswers:
         blobs = self.blobs
         return blobs is not None and address == (blobs.host, blobs.port)
 
-    async def answer(self, flow: http.HTTPFlow, fetch: Fetch) -> int:
-        """Answer ``flow`` with ``fetch``; the number of body bytes it will get.
-
-        Raises :class:`~fetchproxy.store.CorruptBlobError` (nothing answered) when the blob does
-        not hash to its name.
-        """
-        await self.verified.verify(fetch.digest, fetch.size)
+    async def answer(self, flow: http.HTTPFlow, fetch: Fetch, answer: Answer) -> None:
+        """Answer ``flow`` with ``answer`` from ``fetch``'s blob, verified before in this run
+        (:meth:`VerifiedBlobs.verify`); a large body streams from the blob server."""
         request = flow.request
-        answer = answer_for(fetch, method=request.method, range_header=request.headers.get("range"))
         if not answer.send_body:
             flow.response = flows.response_from(flow, answer, b"")
-            return 0
+            return
         start, end = answer.span(fetch.size)
         blobs = self.blobs
         if fetch.size <= SMALL_BODY or blobs is None:
             body = await self.verified.small_body(fetch.digest, fetch.size)
             flow.response = flows.response_from(flow, answer, body[start:end])
-            return end - start
+            return
         flow.metadata[flows.OWN] = answer
         flow.metadata[_STREAMED] = fetch.digest
         request.scheme = "http"
@@ -75,7 +70,6 @@ class LockAnswers:
         request.authority = ""
         request.content = b""
         request.http_version = "HTTP/1.1"
-        return end - start
 
     def responseheaders(self, flow: http.HTTPFlow) -> bool | None:
         """For a flow sent to the blob server: restore the recorded answer and stream it.
@@ -92,10 +86,10 @@ class LockAnswers:
         response.stream = True
         return True
 
-    def corrupt_while_streaming(self, flow: http.HTTPFlow) -> bool:
-        """Whether ``flow`` failed because its blob turned out corrupt while it streamed."""
+    def corrupt_while_streaming(self, flow: http.HTTPFlow) -> CorruptBlobError | None:
+        """Why ``flow`` failed, when its blob turned out corrupt while it streamed."""
         digest = flow.metadata.get(_STREAMED)
         blobs = self.blobs
         if digest is None or blobs is None:
-            return False
-        return any(error.expected == digest for error in blobs.corrupt)
+            return None
+        return next((error for error in blobs.corrupt if error.expected == digest), None)

@@ -1,18 +1,19 @@
-"""The embedded proxy: one in-process mitmproxy with fetchproxy's addons.
+"""The mitmproxy engine: one in-process mitmproxy with fetchproxy's addons.
 
-:class:`ProxyRun` starts mitmproxy on the running event loop with its terminal log and dumper
-off, ``connection_strategy=lazy`` (an eager strategy dials the origin at CONNECT time, which
-replay must never do), upstream TLS verified against the system and certifi bundles plus any
-``--upstream-ca``, and either the record or the replay addon. ``start()`` returns once the
-listeners accept connections or raises :class:`ProxyStartError` with mitmproxy's own reason;
-``stop()`` closes the listeners first (mitmproxy leaves them open otherwise) and then shuts down.
+:class:`MitmproxyEngine` starts mitmproxy on the running event loop with its terminal log and
+dumper off, ``connection_strategy=lazy`` (an eager strategy dials the origin at CONNECT time,
+which replay must never do), upstream TLS verified against the system and certifi bundles plus
+any ``--upstream-ca``, and the record or the replay addon it is given. ``start()`` returns once
+the listeners accept connections or raises :class:`~fetchproxy.engine.ProxyStartError` with
+mitmproxy's own reason; ``stop()`` closes the listeners first (mitmproxy leaves them open
+otherwise), lets a recording's fetches in flight be stored, and then shuts down.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,8 @@ from fetchproxy.addons.record import Record
 from fetchproxy.addons.replay import Replay
 from fetchproxy.ca import system_trust_bundle
 from fetchproxy.digest import digest_bytes, hex_of
+from fetchproxy.engine import Address, Engine, ProxyStartError, cannot_listen
 from fetchproxy.files import write_atomic
-from fetchproxy.lock.journal import journal_path
-from fetchproxy.replay.book import ReplayBook
-from fetchproxy.run.settings import Address, ProxySettings, ProxyStartError, cannot_listen
 
 SETTLE_TIMEOUT = 30.0
 """How long ``stop()`` waits for fetches in flight to be stored before recording ends."""
@@ -80,76 +79,63 @@ def upstream_trust_bundle(confdir: Path, extra: Sequence[Path]) -> Path:
     return bundle
 
 
-class ProxyRun:
-    """One running mitmproxy. Use ``await start()``, then ``await stop()``."""
+class MitmproxyEngine(Engine):
+    """One in-process mitmproxy running ``addon`` (record, or replay over HTTP/2)."""
 
     def __init__(
-        self, settings: ProxySettings, *, on_running: Callable[[], None] | None = None
+        self,
+        addon: Record | Replay,
+        *,
+        confdir: Path,
+        listen: Address = ("127.0.0.1", 0),
+        upstream_ca: Sequence[Path] = (),
+        http2: bool = False,
+        only_client_ports: set[int] | None = None,
+        on_running: Callable[[], None] | None = None,
+        extra_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.settings = settings
-        self.lifecycle = Lifecycle(on_running, only_client_ports=settings.only_client_ports)
-        self.addon: Record | Replay = (
-            Record(settings.store, secret_params=settings.secret_params)
-            if settings.mode == "record"
-            else Replay(settings.store, secret_params=settings.secret_params)
-        )
+        super().__init__(on_running=on_running)
+        self.addon = addon
+        self.confdir = confdir
+        self.listen = listen
+        self.upstream_ca = tuple(upstream_ca)
+        self.http2 = http2
+        self.extra_options = dict(extra_options or {})
+        self.lifecycle = Lifecycle(self._running, only_client_ports=only_client_ports)
         self._master: master.Master | None = None
         self._task: asyncio.Task[None] | None = None
         self._errors = _StartupErrors()
-        self.addresses: list[Address] = []
-
-    @property
-    def book(self) -> ReplayBook | None:
-        """Replay: what the run served and refused."""
-        return self.addon.book if isinstance(self.addon, Replay) else None
-
-    @property
-    def record(self) -> Record | None:
-        return self.addon if isinstance(self.addon, Record) else None
 
     @property
     def turned_away(self) -> int:
-        """Clients the client gate refused (``only_client_ports``)."""
         return self.lifecycle.turned_away
 
-    async def start(self) -> list[Address]:
-        s = self.settings
-        journal = journal_path(s.lock)
-        if s.mode == "record" and journal.exists():
-            raise ProxyStartError(
-                f"{journal}: a record that was interrupted or failed left this journal; run "
-                f"`fetchproxy lock recover --lock {s.lock}` to keep what it fetched, "
-                "or delete it to start afresh"
-            )
+    async def _start(self) -> list[Address]:
         opts = options.Options()
         self._master = master.Master(opts)
         self._master.addons.add(self.lifecycle, *default_addons(), self.addon)
-        prefix = s.mode
         mitm_log = logging.getLogger("mitmproxy")
         mitm_log.addHandler(self._errors)
         mitm_log.propagate = False  # startup errors end up in ProxyStartError, said once
         try:
             opts.update(
-                listen_host=s.listen_host,
-                listen_port=s.listen_port,
-                confdir=str(s.confdir),
+                listen_host=self.listen[0],
+                listen_port=self.listen[1],
+                confdir=str(self.confdir),
                 connection_strategy="lazy",
-                ssl_verify_upstream_trusted_ca=str(upstream_trust_bundle(s.confdir, s.upstream_ca)),
-                http2=s.http2,
+                ssl_verify_upstream_trusted_ca=str(
+                    upstream_trust_bundle(self.confdir, self.upstream_ca)
+                ),
+                http2=self.http2,
                 http3=False,
-                **{
-                    f"{prefix}_lock": str(s.lock),
-                    f"{prefix}_log": str(s.log) if s.log else "",
-                },
-                **({"record_keep": s.keep} if s.mode == "record" else {}),
-                **s.extra_options,
+                **self.extra_options,
             )
         except exceptions.OptionsError as exc:
             mitm_log.removeHandler(self._errors)
             mitm_log.propagate = True
             # On an OptionsError mitmproxy rolls the options back and configures the addons
-            # again with the old values; an error from that second round (say, about the
-            # default lock path) hides the real one, which is its __context__.
+            # again with the old values; an error from that second round hides the real one,
+            # which is its __context__.
             first: BaseException = exc
             cause: BaseException | None = exc
             while cause is not None:
@@ -163,26 +149,24 @@ class ProxyRun:
         self._task = asyncio.create_task(self._master.run())
         waiters: set[asyncio.Future[Any]] = {self._task, listening}
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        if listening.done() and not self._errors.messages:
+        if listening.done() and not self._errors.messages and listening.result():
             mitm_log.removeHandler(self._errors)
             mitm_log.propagate = True
-            self.addresses = listening.result()
-            if self.addresses:
-                if s.mode == "record":  # removed in stop()
-                    logging.getLogger(_CONNECTION_LOG).addFilter(_said_by_the_record_addon)
-                return self.addresses
-        await self.stop()
+            if isinstance(self.addon, Record):  # removed in _stop()
+                logging.getLogger(_CONNECTION_LOG).addFilter(_said_by_the_record_addon)
+            return listening.result()
+        await self._stop()  # what mitmproxy logs while it stops is its startup error too
         mitm_log.removeHandler(self._errors)
         mitm_log.propagate = True
         # mitmproxy's messages end in hints about its own options (`--mode ...`): first lines only
         reasons = "; ".join(m.splitlines()[0] for m in self._errors.messages if m.strip())
         raise cannot_listen(
-            s,
+            self.listen,
             reasons or "mitmproxy stopped while starting",
             in_use="address already in use" in reasons,
         )
 
-    async def stop(self) -> None:
+    async def _stop(self) -> None:
         """Close the listeners, let fetches in flight finish (record), then shut down."""
         m = self._master
         if m is None:

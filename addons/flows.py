@@ -1,20 +1,18 @@
 """Translation between mitmproxy flows and fetchproxy's core values.
 
 This module and the addons beside it are the only code that touches mitmproxy's flow API. They
-turn a flow into a :class:`~fetchproxy.normalize.RequestKey` and an
-:class:`~fetchproxy.replaying.Answer` into a response; every decision is the core's.
+turn a flow into a :class:`~fetchproxy.keys.rules.RawRequest` and an
+:class:`~fetchproxy.replay.decisions.Answer` into a response; every decision is the core's.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
 
 from mitmproxy import http
 
-from fetchproxy.digest import digest_bytes
-from fetchproxy.keys.gitbody import canonical_body
-from fetchproxy.keys.request import RequestKey, normalize_request
+from fetchproxy.keys.request import RequestKey
+from fetchproxy.keys.rules import KeyRules, RawRequest
 from fetchproxy.replay.decisions import Answer
 
 KEY = "fetchproxy.key"
@@ -23,27 +21,39 @@ OWN = "fetchproxy.answer"
 """``flow.metadata`` entry marking a flow that fetchproxy answers itself (replay)."""
 
 
-def request_key(flow: http.HTTPFlow, secret_params: Collection[str]) -> RequestKey:
+def raw_request(flow: http.HTTPFlow) -> RawRequest:
+    """What the flow's request is made of, as :class:`~fetchproxy.keys.rules.KeyRules` reads it.
+
+    The authority is the server mitmproxy sends the request to (the ``CONNECT`` target, or the
+    authority of an absolute-form request), never the ``Host`` header; an HTTP/2 request's
+    ``:authority`` is checked like a ``Host`` header. The body is the one the client sent,
+    still in its ``Content-Encoding``.
+    """
+    request = flow.request
+    host = request.host
+    authority = f"[{host}]:{request.port}" if ":" in host else f"{host}:{request.port}"
+    headers = request.headers.items(multi=True)
+    if request.authority and "host" not in request.headers:
+        headers = [*headers, ("host", request.authority)]
+    return RawRequest(
+        method=request.method,
+        scheme=request.scheme,
+        authority=authority,
+        target=request.path,
+        headers=list(headers),
+        body=request.raw_content or b"",
+    )
+
+
+def request_key(flow: http.HTTPFlow, rules: KeyRules) -> RequestKey:
     """The key of the flow's request, computed once and kept in ``flow.metadata``.
 
-    Raises :class:`~fetchproxy.normalize.InvalidURLError` for a URL that cannot be a key.
+    Raises what :meth:`~fetchproxy.keys.rules.KeyRules.key` raises (``ValueError``s).
     """
     cached = flow.metadata.get(KEY)
     if isinstance(cached, RequestKey):
         return cached
-    request = flow.request
-    body = request.get_content(strict=False) or b""
-    body_digest = None
-    if body:
-        content_type = request.headers.get("content-type")
-        body_digest = digest_bytes(canonical_body(request.path, content_type, body))
-    key = normalize_request(
-        request.method,
-        request.pretty_url,
-        headers=request.headers.items(multi=True),
-        body_digest=body_digest,
-        secret_params=secret_params,
-    )
+    key = rules.key(raw_request(flow))
     flow.metadata[KEY] = key
     return key
 

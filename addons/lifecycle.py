@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from mitmproxy import connection, ctx
 
-from fetchproxy.run.settings import Address, admitted
+from fetchproxy.engine import Address, admitted
 
 
 class Lifecycle:

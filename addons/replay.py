@@ -1,10 +1,14 @@
 """The replay addon: answer from the lock and the store, refuse everything else.
 
-A request whose key the lock holds is answered locally with the recorded status, headers and
-bytes; anything else gets a 403 refusal and an event-log line naming the nearest entry. No
-upstream connection is ever opened: ``server_connect`` kills any connection that is not to
-fetchproxy's own loopback blob server, which streams large bodies (see
-:mod:`fetchproxy.blobserver`).
+A thin translator: each request goes to the run's :class:`~fetchproxy.replay.replayer.Replayer`
+as a :class:`~fetchproxy.keys.rules.RawRequest`, and what it decides (a hit and its answer, or a
+refusal) becomes the flow's response. No upstream connection is ever opened: ``server_connect``
+fails every connection that is not to fetchproxy's own loopback blob server, which streams large
+bodies (see ``blobserver.py``).
+
+Embedded (``fetchproxy replay --http2``), the replayer comes through the constructor. In a stock
+``mitmdump -s addons/replay.py`` the addon makes its own from the options ``replay_lock``,
+``replay_store`` and ``replay_log``, and closes its books when mitmproxy shuts down.
 """
 
 from __future__ import annotations
@@ -17,50 +21,30 @@ from mitmproxy.proxy import server_hooks
 
 from fetchproxy.addons import flows
 from fetchproxy.addons.answers import LockAnswers
-from fetchproxy.files import WriteError
-from fetchproxy.keys.request import RequestKey
-from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS, InvalidURLError
-from fetchproxy.lock.eventlog import EventLog, check_writable_log, default_log_path
-from fetchproxy.lock.file import LockFileError, load_lock
-from fetchproxy.lock.model import Lock
-from fetchproxy.replay.book import MissingBodiesError, ReplayBook, check_bodies
-from fetchproxy.replay.decisions import (
-    CORRUPT_BLOB,
-    INVALID_REQUEST,
-    NOT_HTTP,
-    NOT_IN_LOCK,
-    invalid_request,
-    refusal,
-    store_refusal,
-)
-from fetchproxy.store import (
-    Store,
-    StoreError,
-    open_store,
-)
+from fetchproxy.errors import FetchproxyError
+from fetchproxy.lock.config import config_path_for, load_config
+from fetchproxy.replay.blobs import VerifiedBlobs
+from fetchproxy.replay.book import ReplayBook
+from fetchproxy.replay.replayer import Hit, Replayer
+from fetchproxy.store import open_store
 
 logger = logging.getLogger("fetchproxy.replay")
 
-_BODY_BYTES = "fetchproxy.body-bytes"
+_HIT = "fetchproxy.hit"
 
 
 class Replay:
-    """Options ``replay_lock``, ``replay_store`` and ``replay_log``."""
+    """Replays one lock. Options (stock mitmproxy only): ``replay_lock``, ``replay_store``,
+    ``replay_log``."""
 
-    def __init__(
-        self,
-        store: Store | None = None,
-        *,
-        secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS,
-    ) -> None:
-        self._given_store = store
-        self.store: Store | None = store
-        self.book = ReplayBook(Lock(), Path("fetchproxy.lock.toml"), EventLog(None))
-        self.secret_params = secret_params
+    def __init__(self, replayer: Replayer | None = None) -> None:
+        self._embedded = replayer is not None
+        self.replayer = replayer
         self.answers: LockAnswers | None = None
-        self.log_path: Path | None = None
 
     def load(self, loader: addonmanager.Loader) -> None:
+        if self._embedded:
+            return
         loader.add_option("replay_lock", str, "fetchproxy.lock.toml", "The lock to replay.")
         loader.add_option(
             "replay_store",
@@ -73,85 +57,63 @@ class Replay:
         )
 
     def configure(self, updated: set[str]) -> None:
-        book = self.book
-        if "replay_store" in updated and self._given_store is None:
-            self.store = open_store(ctx.options.replay_store)
-        if "replay_lock" in updated:
-            book.lock_path = Path(ctx.options.replay_lock)
-            try:
-                book.lock = load_lock(book.lock_path)
-            except LockFileError as exc:
-                raise exceptions.OptionsError(str(exc)) from None
-        if updated & {"replay_lock", "replay_store"} and self.store is not None:
-            try:
-                check_bodies(book.lock, book.lock_path, self.store)
-            except MissingBodiesError as exc:
-                raise exceptions.OptionsError(str(exc)) from None
-        if updated & {"replay_lock", "replay_log"}:
-            self.log_path = Path(ctx.options.replay_log or default_log_path(book.lock_path))
-            try:
-                check_writable_log(self.log_path)
-            except WriteError as exc:
-                raise exceptions.OptionsError(str(exc)) from None
+        if self._embedded or not updated & {"replay_lock", "replay_store", "replay_log"}:
+            return
+        lock = Path(ctx.options.replay_lock)
+        store = open_store(ctx.options.replay_store)
+        try:
+            rules = load_config(config_path_for(lock)).rules
+            log = Path(ctx.options.replay_log) if ctx.options.replay_log else None
+            book = ReplayBook.open(lock, store, log)
+        except FetchproxyError as exc:
+            raise exceptions.OptionsError(str(exc)) from None
+        if self.replayer is not None:
+            self.replayer.book.close()
+        self.replayer = Replayer(book, VerifiedBlobs(store), rules)
 
     async def running(self) -> None:
-        # Opened now, not in configure: mitmproxy configures again with its defaults after an
-        # option is refused, and that must not truncate the log beside a default lock.
-        self.book.events.close()
-        self.book.events = EventLog(self.log_path)
-        if self.answers is None and self.store is not None:
-            self.answers = LockAnswers(self.store)
+        if self.answers is None and self.replayer is not None:
+            self.answers = LockAnswers(self.replayer.blobs)
             await self.answers.start()
 
     # -------------------------------------------------------------------------------- requests
 
     async def request(self, flow: http.HTTPFlow) -> None:
-        if flow.response is not None:
+        if flow.response is not None or self.replayer is None:
             return
-        try:
-            key = flows.request_key(flow, self.secret_params)
-        except (InvalidURLError, ValueError) as exc:
-            refused = invalid_request(str(exc))
+        replayer = self.replayer
+        request = flow.request
+        lookup = replayer.lookup(flows.raw_request(flow))
+        if lookup.key is not None:
+            flow.metadata[flows.KEY] = lookup.key
+        decision = replayer.decide(
+            lookup,
+            method=request.method,
+            websocket=request.headers.get("upgrade", "").lower() == "websocket",
+            range_header=request.headers.get("range"),
+        )
+        if not isinstance(decision, Hit):
+            flow.response = flows.response_from(flow, decision.answer, decision.text)
+            return
+        refused = await replayer.verify(decision)
+        if refused is not None:
             flow.response = flows.response_from(flow, refused.answer, refused.text)
-            self.book.refuse_other(INVALID_REQUEST, error=str(exc))
-            return
-        if flow.request.headers.get("upgrade", "").lower() == "websocket":
-            self._refuse(flow, key, reason=NOT_HTTP)
-            return
-        fetch = self.book.lookup(key)
-        if fetch is None:
-            self._refuse(flow, key, reason=NOT_IN_LOCK)
             return
         assert self.answers is not None, "replay answers requests only while running"
-        try:
-            body_bytes = await self.answers.answer(flow, fetch)
-        except StoreError as exc:  # corrupt, or not the size the lock says
-            logger.error("%s", exc)
-            reason, status = store_refusal(exc)
-            self._refuse(flow, key, reason=reason, status=status, error=str(exc))
-            return
-        flow.metadata[_BODY_BYTES] = body_bytes
-        self.book.served(key, body_bytes)
-
-    def _refuse(
-        self,
-        flow: http.HTTPFlow,
-        key: RequestKey,
-        *,
-        reason: str,
-        status: int = 403,
-        error: str | None = None,
-    ) -> None:
-        refused = refusal(key, lock_name=str(self.book.lock_path), reason=reason, status=status)
-        flow.response = flows.response_from(flow, refused.answer, refused.text)
-        self.book.refuse(key, reason=reason, error=error)
+        await self.answers.answer(flow, decision.fetch, decision.answer)
+        flow.metadata[_HIT] = decision
+        replayer.served(decision)
 
     # -------------------------------------------------------------------------------- responses
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        if self.answers is not None and self.answers.responseheaders(flow) is False:
-            # the blob server could not serve it
-            self._refuse(flow, flow.metadata[flows.KEY], reason=CORRUPT_BLOB, status=502)
+        if self.answers is None or self.answers.responseheaders(flow) is not False:
+            return
+        hit = flow.metadata.get(_HIT)
+        if isinstance(hit, Hit) and self.replayer is not None:
+            # the blob server could not serve it: nothing of the body was sent yet
+            refused = self.replayer.withdrawn(hit, "the blob server could not serve the blob")
+            flow.response = flows.response_from(flow, refused.answer, refused.text)
 
     # -------------------------------------------------------------------------------- connections
 
@@ -169,11 +131,12 @@ class Replay:
 
     def error(self, flow: http.HTTPFlow) -> None:
         """A body streaming from the store was cut off: count and log it if the blob was bad."""
-        if self.answers is None or not self.answers.corrupt_while_streaming(flow):
+        if self.answers is None or self.replayer is None:
             return
-        key = flow.metadata.get(flows.KEY)
-        if isinstance(key, RequestKey):
-            self.book.revoke(key, flow.metadata.get(_BODY_BYTES, 0), reason=CORRUPT_BLOB)
+        corrupt = self.answers.corrupt_while_streaming(flow)
+        hit = flow.metadata.get(_HIT)
+        if corrupt is not None and isinstance(hit, Hit):
+            self.replayer.cut_off(hit, corrupt)
 
     def tcp_start(self, flow: tcp.TCPFlow) -> None:
         self._kill_raw(flow)
@@ -182,11 +145,17 @@ class Replay:
         self._kill_raw(flow)
 
     def _kill_raw(self, flow: tcp.TCPFlow | udp.UDPFlow) -> None:
-        self.book.refuse_raw(flow.server_conn.address)
+        if self.replayer is not None:
+            self.replayer.refuse_raw(flow.server_conn.address)
         flow.kill()
 
     async def done(self) -> None:
         if self.answers is not None:
             await self.answers.close()
             self.answers = None
-        self.book.close()
+        if not self._embedded and self.replayer is not None:
+            self.replayer.book.close()
+
+
+addons = [Replay()]
+"""For ``mitmdump -s addons/replay.py``."""

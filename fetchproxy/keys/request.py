@@ -86,9 +86,14 @@ def normalize_request(
     """The key of a request; of ``headers`` only ``Accept`` and ``Git-Protocol`` can be in it."""
     if not _TOKEN_RE.fullmatch(method):
         raise InvalidMethodError(
-            f"invalid method {method!r} for URL "
+            f"invalid method {method[:40]!r} for URL "
             f"'{redact_url(url, secret_params=secret_params)}': a method is an HTTP token "
             "(letters, digits and !#$%&'*+-.^_`|~)"
+        )
+    if not method.isupper() and not method.isdigit():
+        raise InvalidMethodError(
+            f"method {method!r} for URL '{redact_url(url, secret_params=secret_params)}': "
+            "methods are case-sensitive (RFC 9110), and a lock holds uppercase ones only"
         )
     accepts: list[str] = []
     git_protocols: list[str] = []
@@ -99,7 +104,7 @@ def normalize_request(
         elif lower == "git-protocol":
             git_protocols.append(value)
     return RequestKey(
-        method=method.upper(),
+        method=method,
         url=normalize_url(url, secret_params=secret_params),
         accept=normalize_accept(",".join(accepts)) if accepts else None,
         git_protocol=normalize_git_protocol(":".join(git_protocols)) if git_protocols else None,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fetchproxy.errors import FetchproxyError
+from fetchproxy.keys.rules import KeyRules
 from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS
 
 CONFIG_NAME = "fetchproxy.toml"
@@ -34,6 +35,11 @@ class Config:
     secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS
     """The built-in secret parameters plus the project's."""
     path: Path | None = None
+
+    @property
+    def rules(self) -> KeyRules:
+        """How this project's requests become keys."""
+        return KeyRules(secret_params=self.secret_params)
 
 
 def config_path_for(lock: Path) -> Path:

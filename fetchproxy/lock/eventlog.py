@@ -2,19 +2,40 @@
 
 It is written beside the lock by default (``fetchproxy.lock.log.jsonl`` for
 ``fetchproxy.lock.toml``), fresh for each run, line-buffered so a killed run keeps what it saw.
-Nothing secret is ever written: URLs are keys (secret parameters removed) and no header values
-other than the recorded ones appear.
+The schema (docs/event-log.md) is one shape for every event: ``{"event": NAME, "key": KEY, ...}``
+where ``KEY`` is the request's key spelled as the lock spells it (``method``, ``url``,
+``accept``, ``git-protocol``, ``body-digest``; absent parts left out) or ``null`` for what had
+no key (an invalid request, raw TCP). The names are the constants below.
+
+Nothing secret is ever written: URLs are keys (secret parameters removed), error texts never
+quote a header value or a query, and no header values other than the recorded ones appear.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
-from typing import IO, Self
+from typing import IO, Final, Self
 
 from fetchproxy.files import check_writable, write_error
 from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.model import Fetch, key_table
+
+REFUSED: Final = "refused"
+"""A request fetchproxy answered itself instead of serving or forwarding it (``reason``)."""
+UNUSED: Final = "unused"
+"""Replay, at the end: a lock entry no request asked for."""
+USED: Final = "used"
+"""Replay, at the end: a lock entry that was served (``digest``, ``size``)."""
+UNSTORED: Final = "unstored"
+"""Record: an answer the client got but the store could not keep (``error``)."""
+FAILED: Final = "failed"
+"""Record: a request the origin could not answer (``error``)."""
+DRIFT_IN_RUN: Final = "drift-in-run"
+"""Record: one request answered with different bytes within one run."""
+EVENTS: Final = (REFUSED, UNUSED, USED, UNSTORED, FAILED, DRIFT_IN_RUN)
 
 
 def default_log_path(lock_path: Path) -> Path:
@@ -33,7 +54,11 @@ def check_writable_log(path: Path) -> None:
 
 
 class EventLog:
-    """Appends events to a JSON-lines file; also counts them for the end-of-run summary."""
+    """Appends events to a JSON-lines file; also counts them for the end-of-run summary.
+
+    The file is opened without following a symbolic link: a link planted where the log goes
+    is refused, never written through.
+    """
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
@@ -42,25 +67,44 @@ class EventLog:
         if path is not None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = path.open("w", encoding="utf-8", buffering=1)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+                fd = os.open(path, flags, 0o644)
             except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    exc = OSError(
+                        errno.ELOOP,
+                        "it is a symbolic link, which fetchproxy never writes through",
+                        str(path),
+                    )
                 raise write_error(path, exc, _FIX) from None
+            self._file = open(fd, "w", encoding="utf-8", buffering=1)  # noqa: PTH123, SIM115
 
-    def emit(self, event: str, **fields: object) -> None:
-        """Write one event line: ``{"event": event, ...fields}``."""
+    def emit(self, event: str, *, key: RequestKey | None, **fields: object) -> None:
+        """Write one event line: ``{"event": event, "key": …, …fields}``."""
+        assert event in EVENTS, f"unknown event {event!r}"
         self.counts[event] = self.counts.get(event, 0) + 1
         if self._file is not None:
-            record = {"event": event, **fields}
+            record: dict[str, object] = {"event": event}
+            record["key"] = None if key is None else key_table(key)
+            record.update(
+                (name, value)
+                for name, value in fields.items()
+                if value is not None or name == "nearest"  # null: nothing on the host is locked
+            )
             self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     def refused(
-        self, key: RequestKey, *, reason: str, nearest: Fetch | None, error: str | None = None
+        self,
+        key: RequestKey | None,
+        *,
+        reason: str,
+        nearest: Fetch | None = None,
+        **fields: object,
     ) -> None:
-        """A request that was not served, with the lock entry most like it (and why, for a
-        blob the store could not serve)."""
-        near = None if nearest is None else key_table(nearest.key)
-        extra = {} if error is None else {"error": error}
-        self.emit("refused", reason=reason, key=key_table(key), nearest=near, **extra)
+        """A request that was not served, with the lock entry most like it (when it had a key)."""
+        if key is not None:
+            fields["nearest"] = None if nearest is None else key_table(nearest.key)
+        self.emit(REFUSED, key=key, reason=reason, **fields)
 
     def close(self) -> None:
         if self._file is not None:

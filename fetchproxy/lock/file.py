@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +22,6 @@ from fetchproxy.digest import Digest
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.files import write_atomic
 from fetchproxy.keys.request import RequestKey
-from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS, InvalidURLError, normalize_url
 from fetchproxy.lock.model import (
     FIELDS,
     VERSION,
@@ -389,77 +387,3 @@ class _TableLines:
             if pattern.match(self._lines[lineno - 1]):
                 return lineno
         return None
-
-
-# --------------------------------------------------------------------------------------- checking
-
-_FIX_URL = "edit it or record again"
-
-
-def normal_form_problems(
-    lock: Lock, path: str, *, secret_params: Collection[str] = DEFAULT_SECRET_PARAMS
-) -> list[str]:
-    """One message, ``PATH: fetch[N] url …``, per entry whose url recording would not write.
-
-    Replay looks a request up by its normalized URL (:func:`fetchproxy.normalize.normalize_url`
-    with the project's ``secret_params``), so an entry whose url is not in that form can never
-    match: a
-    hand edit, or a lock from a fetchproxy that normalized differently. N counts ``lock.fetches``
-    (file order, for a lock loaded sorted). A message never shows a secret query parameter's
-    value, user info or a fragment. Empty when every url is in normal form.
-    """
-    problems = []
-    for index, entry in enumerate(lock.fetches):
-        problem = _url_problem(entry.key.url, secret_params)
-        if problem is not None:
-            problems.append(f"{path}: fetch[{index}] url {problem}")
-    return problems
-
-
-def _url_problem(url: str, secret_params: Collection[str]) -> str | None:
-    """What is wrong with lock url ``url``, or None when it is in normal form."""
-    try:
-        normal = normalize_url(url, secret_params=secret_params)
-    except InvalidURLError as exc:
-        # exc.url is redacted (no user info, fragment or secret parameter); the reason names
-        # only the scheme, host or port, or a character's code point
-        return f"{exc.url} is not valid: {exc.reason} — {_FIX_URL}"
-    if normal == url:
-        return None
-    recorded = f"fetchproxy records it as {normal}"  # normal form holds no secret
-    secrets = _secret_param_names(url, normal)
-    if secrets:
-        what = "a secret query parameter" if len(secrets) == 1 else "secret query parameters"
-        it = "it" if len(secrets) == 1 else "they"
-        return (
-            f"has {what} ({', '.join(secrets)}): {it} must not be in a lock — {recorded}; "
-            f"{_FIX_URL}"
-        )
-    authority = re.split(r"[/?#]", url.partition("://")[2], maxsplit=1)[0]
-    if "@" in authority:
-        return (
-            f"has a user name or password before its host: it must not be in a lock — "
-            f"{recorded}; {_FIX_URL}"
-        )
-    if "#" in url:
-        return (
-            f"has a #fragment, which no request carries: replay can never match it — "
-            f"{recorded}; {_FIX_URL}"
-        )
-    shown = _toml_string(url)[1:-1]  # as the lock spells it
-    return f"{shown} is not in normal form ({recorded}): replay can never match it — {_FIX_URL}"
-
-
-def _secret_param_names(url: str, normal: str) -> list[str]:
-    """The (normalized) names of the secret query parameters normalization removed from ``url``."""
-    kept = normalize_url(url, secret_params=())
-    if kept == normal:
-        return []
-    removed = set(_query_names(kept)) - set(_query_names(normal))
-    return [name for name in dict.fromkeys(_query_names(kept)) if name in removed]
-
-
-def _query_names(normal: str) -> list[str]:
-    """The parameter names of normalized URL ``normal``, in order (it has no fragment)."""
-    query = normal.partition("?")[2]
-    return [field.partition("=")[0] for field in query.split("&") if field]

@@ -48,7 +48,9 @@ class Journal:
         assert not self._closed, "journal is closed"
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("w", encoding="utf-8")
+            # Made by this run and no other, and never through a link planted in its place.
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            self._file = open(os.open(self.path, flags, 0o644), "w", encoding="utf-8")  # noqa: PTH123, SIM115
             self._file.write(json.dumps({_HEADER: 1, "keep": self.keep}) + "\n")
         self._file.write(json.dumps(fetch.to_dict(), ensure_ascii=False) + "\n")
         self._file.flush()

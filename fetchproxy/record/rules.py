@@ -1,17 +1,18 @@
 """What recording keeps of an exchange: pure rules, no mitmproxy and no I/O.
 
 The record addon asks these functions which request headers to change before forwarding, whether
-an answer may be locked, and which :class:`~fetchproxy.lock.Fetch` an answer becomes.
+an answer may be locked, and which :class:`~fetchproxy.lock.model.Fetch` an answer becomes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from urllib.parse import urljoin
 
 from fetchproxy.digest import Digest
 from fetchproxy.keys.request import RequestKey
-from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS, InvalidURLError, normalize_url
+from fetchproxy.keys.rules import KeyRules
+from fetchproxy.keys.url import InvalidURLError
 from fetchproxy.lock.model import RESPONSE_HEADERS, Fetch
 
 STRIPPED_REQUEST_HEADERS = frozenset(
@@ -43,7 +44,7 @@ def fetch_from_answer(
     headers: Iterable[tuple[str, str]],
     digest: Digest,
     size: int,
-    secret_params: Collection[str] = DEFAULT_SECRET_PARAMS,
+    rules: KeyRules,
 ) -> Fetch:
     """The lock entry for an origin's answer to the request ``key``.
 
@@ -57,18 +58,12 @@ def fetch_from_answer(
             kept[lower] = value
     location = kept.get("location")
     if location is not None:
-        location = _absolute_location(key.url, location, secret_params)
+        location = _absolute_location(key.url, location, rules)
     content_length = None
     if key.method == "HEAD" and size == 0 and kept.get("content-length", "").isdigit():
         content_length = int(kept["content-length"])
     return Fetch(
-        key=RequestKey(
-            method=key.method,
-            url=key.url,
-            accept=key.accept,
-            git_protocol=key.git_protocol,
-            body_digest=key.body_digest,
-        ),
+        key=key,
         status=status,
         location=location,
         digest=digest,
@@ -80,13 +75,15 @@ def fetch_from_answer(
     )
 
 
-def _absolute_location(base: str, location: str, secret_params: Collection[str]) -> str:
+def _absolute_location(base: str, location: str, rules: KeyRules) -> str:
     """A redirect target as an absolute, normalized URL without secrets.
 
-    Replay sends this back, so the client follows it to a URL whose key the lock holds too.
+    Replay sends this back, so the client follows it to a URL whose key the lock holds too. A
+    target no key can name (another scheme, a malformed host) is kept without its query, its
+    user info and its fragment: none of them may reach a lock, normalized or not.
     """
     target = urljoin(base, location.strip())
     try:
-        return normalize_url(target, secret_params=secret_params)
+        return rules.url(target)
     except InvalidURLError:
-        return target if "?" not in target else target.split("?", 1)[0]
+        return rules.redact(target.partition("?")[0])

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.keys.request import RequestKey
-from fetchproxy.lock.eventlog import EventLog, default_log_path
+from fetchproxy.lock.eventlog import UNUSED, USED, EventLog, default_log_path
 from fetchproxy.lock.file import load_lock
-from fetchproxy.lock.model import Fetch, Lock, key_table
+from fetchproxy.lock.model import Fetch, Lock
 from fetchproxy.replay.decisions import NOT_HTTP, nearest
 from fetchproxy.store import Store
 
@@ -64,6 +64,7 @@ class ReplayBook:
         """The first refused requests, for the summary (all of them are in the event log)."""
         self.refused_unkeyed = 0
         """Refusals of what had no key: invalid requests, non-HTTP traffic."""
+        self._closed = False
 
     @classmethod
     def open(cls, lock_path: Path, store: Store, log: Path | None) -> ReplayBook:
@@ -114,18 +115,26 @@ class ReplayBook:
         self.refuse_other(NOT_HTTP, address=f"{address}")
         logger.warning("replay: refused a non-HTTP connection to %s", address)
 
-    def refuse_other(self, reason: str, **fields: object) -> None:
+    def refuse_other(
+        self, reason: str, *, error: str | None = None, address: str | None = None
+    ) -> None:
         """Count and log what was refused without a key: an invalid request, raw TCP."""
         self.stats.refused += 1
         self.refused_unkeyed += 1
-        self.events.emit("refused", reason=reason, **fields)
+        self.events.refused(None, reason=reason, error=error, address=address)
 
     def unused(self) -> list[Fetch]:
         """Lock entries no request asked for in this run."""
         return [f for f in self.lock.fetches if f.key not in self.used]
 
     def close(self) -> None:
-        """Log the unused entries and close the event log."""
-        for fetch in self.unused():
-            self.events.emit("unused", key=key_table(fetch.key))
+        """Log which entries were used and which not, and close the event log; once."""
+        if self._closed:
+            return
+        self._closed = True
+        for fetch in self.lock.fetches:
+            if fetch.key in self.used:
+                self.events.emit(USED, key=fetch.key, digest=fetch.digest, size=fetch.size)
+            else:
+                self.events.emit(UNUSED, key=fetch.key)
         self.events.close()

@@ -21,6 +21,7 @@ NOT_IN_LOCK = "not-in-lock"
 CORRUPT_BLOB = "corrupt-blob"
 NOT_HTTP = "not-http"
 INVALID_REQUEST = "invalid-request"
+HOST_MISMATCH = "host-mismatch"
 STORE_ERROR = "store-error"
 
 
@@ -43,6 +44,13 @@ class Answer:
         else the whole blob."""
         body = self.body
         return (0, size) if body is None else (body.start, body.end + 1)
+
+    def body_bytes(self, size: int) -> int:
+        """How many body bytes this answer sends from a ``size``-byte blob (0 for HEAD)."""
+        if not self.send_body:
+            return 0
+        start, end = self.span(size)
+        return end - start
 
 
 def _reason(status: int) -> str:
@@ -90,9 +98,10 @@ def refusal(
     return _refusal(status, reason, _refusal_text(key, lock_name=lock_name, reason=reason))
 
 
-def invalid_request(problem: str) -> Refusal:
-    """The 400 for a request replay cannot key: its URL is not one a lock can name."""
-    return _refusal(400, INVALID_REQUEST, f"fetchproxy: refused: {problem}\n")
+def invalid_request(problem: str, reason: str = INVALID_REQUEST) -> Refusal:
+    """The 400 for a request no key can name (``reason``: invalid-request, or host-mismatch
+    for a ``Host`` header naming another server than the one it was sent to)."""
+    return _refusal(400, reason, f"fetchproxy: refused: {problem}\n")
 
 
 def store_refusal(exc: StoreError) -> tuple[str, int]:

@@ -23,30 +23,19 @@ until the blob's digest checks out) and request bodies still arriving take the s
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import socket
 import ssl
+from collections.abc import Callable
 from contextlib import suppress
 
-from fetchproxy.digest import digest_bytes
-from fetchproxy.keys.gitbody import canonical_body
-from fetchproxy.keys.request import RequestKey, normalize_request
-from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS
+from fetchproxy.engine import Address, Engine, admitted, cannot_listen
+from fetchproxy.keys.rules import RawRequest
 from fetchproxy.lock.model import Fetch
-from fetchproxy.replay.blobs import SMALL_BODY, VerifiedBlobs, blob_range
-from fetchproxy.replay.book import ReplayBook
+from fetchproxy.replay.blobs import SMALL_BODY, blob_range
 from fetchproxy.replay.certs import HostContexts
-from fetchproxy.replay.decisions import (
-    CORRUPT_BLOB,
-    INVALID_REQUEST,
-    NOT_HTTP,
-    NOT_IN_LOCK,
-    Answer,
-    answer_for,
-    invalid_request,
-    refusal,
-    store_refusal,
-)
+from fetchproxy.replay.decisions import Answer, Refusal
 from fetchproxy.replay.http1 import (
     NO_BODY,
     ChunkedBody,
@@ -54,14 +43,12 @@ from fetchproxy.replay.http1 import (
     HTTPParseError,
     RequestHead,
     body_framing,
-    decode_content,
     looks_like_http,
     next_head,
-    request_url,
     response_head,
     split_authority,
 )
-from fetchproxy.run.settings import Address, admitted
+from fetchproxy.replay.replayer import Hit, Lookup, Replayer
 from fetchproxy.store import StoreError
 
 logger = logging.getLogger("fetchproxy.replay")
@@ -88,25 +75,29 @@ _IDLE_CHECKS = 10
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
-class ReplayServer:
-    """Serves one :class:`ReplayBook` over HTTP/1.1. ``await start()``, then ``await stop()``."""
+class ReplayServer(Engine):
+    """Serves one :class:`~fetchproxy.replay.replayer.Replayer` over HTTP/1.1: the direct
+    replay engine. It listens at ``listen``, or on the listening socket ``sock`` (then owned
+    here)."""
 
     def __init__(
         self,
-        book: ReplayBook,
-        blobs: VerifiedBlobs,
+        replayer: Replayer,
         contexts: HostContexts,
         *,
-        secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS,
+        listen: Address = ("127.0.0.1", 0),
+        sock: socket.socket | None = None,
         only_client_ports: set[int] | None = None,
+        on_running: Callable[[], None] | None = None,
     ) -> None:
-        self.book = book
-        self.blobs = blobs
+        super().__init__(on_running=on_running)
+        self.replayer = replayer
+        self.blobs = replayer.blobs
         self.contexts = contexts
-        self.secret_params = secret_params
+        self.listen = listen
+        self._sock = sock
         self.only_client_ports = only_client_ports
-        self.turned_away = 0
-        self.lock_name = str(book.lock_path)
+        self._turned_away = 0
         self._server: asyncio.Server | None = None
         self.connections: set[_Connection] = set()
         self._keys: dict[tuple[str, ...], _Known] = {}
@@ -115,17 +106,28 @@ class ReplayServer:
         self.idle_timeout = IDLE_TIMEOUT
         self._sweeper: asyncio.TimerHandle | None = None
 
-    async def start(self, host: str, port: int, sock: socket.socket | None = None) -> list[Address]:
-        """Listen on ``host:port``, or on the listening socket ``sock`` (then owned here)."""
+    @property
+    def turned_away(self) -> int:
+        return self._turned_away
+
+    async def _start(self) -> list[Address]:
         loop = asyncio.get_running_loop()
-        if sock is not None:
-            self._server = await loop.create_server(lambda: _Connection(self), sock=sock)
-        else:
-            self._server = await loop.create_server(lambda: _Connection(self), host, port)
+        sock, self._sock = self._sock, None
+        try:
+            if sock is not None:
+                self._server = await loop.create_server(lambda: _Connection(self), sock=sock)
+            else:
+                host, port = self.listen
+                self._server = await loop.create_server(lambda: _Connection(self), host, port)
+        except OSError as exc:
+            if sock is not None:
+                sock.close()
+            in_use = exc.errno == errno.EADDRINUSE
+            raise cannot_listen(self.listen, str(exc.strerror or exc), in_use=in_use) from None
         self._sweeper = loop.call_later(self.idle_timeout / _IDLE_CHECKS, self._sweep)
         return [(str(s.getsockname()[0]), int(s.getsockname()[1])) for s in self._server.sockets]
 
-    async def stop(self) -> None:
+    async def _stop(self) -> None:
         """Stop listening and drop every connection (a stream in progress is cut off)."""
         server, self._server = self._server, None
         if server is not None:
@@ -153,48 +155,36 @@ class ReplayServer:
         """The client gate of the user sandbox: only the relay's source ports are served."""
         if admitted(peer, self.only_client_ports):
             return True
-        self.turned_away += 1
+        self._turned_away += 1
         return False
 
-    def key_of(self, head: RequestHead, scheme: str, tunnel: Address | None, body: bytes) -> _Known:
-        """The request's key and the lock entry it names (None: a refusal).
-
-        Raises :class:`HTTPParseError` or :class:`~fetchproxy.normalize.InvalidURLError`.
-        """
+    def lookup(self, head: RequestHead, scheme: str, tunnel: Address | None, body: bytes) -> _Known:
+        """The request's key and the lock entry it names, remembered for requests seen again
+        (those without a body: the key is a function of the request line, the tunnel and the
+        headers it reads)."""
         cache_key = None
         if not body:
-            accept = head.values("accept")
-            git_protocol = head.values("git-protocol")
             cache_key = (
                 head.method,
                 scheme,
                 head.target,
-                "\0".join(head.values("host")),  # request_url reads every Host header
+                "\0".join(head.values("host")),
                 "" if tunnel is None else f"{tunnel[0]}:{tunnel[1]}",
-                "\0".join(accept),
-                "\0".join(git_protocol),
+                "\0".join(head.values("accept")),
+                "\0".join(head.values("git-protocol")),
             )
             found = self._keys.get(cache_key)
             if found is not None:
                 return found
-        url, path = request_url(head, scheme=scheme, tunnel=tunnel)
-        body_digest = None
-        if body:
-            # as mitmproxy's headers.get() gives them to the recorder: repeated fields joined
-            encoding = ", ".join(head.values("content-encoding")) or None
-            content_type = ", ".join(head.values("content-type")) or None
-            decoded = decode_content(body, encoding)
-            body_digest = digest_bytes(canonical_body(path, content_type, decoded))
-        key = normalize_request(
-            head.method,
-            url,
-            headers=head.headers,
-            body_digest=body_digest,
-            secret_params=self.secret_params,
-        )
-        found = _Known(key, self.book.lookup(key))
+        authority = None
+        if tunnel is not None:
+            host, port = tunnel
+            authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        request = RawRequest(head.method, scheme, authority, head.target, head.headers, body)
+        found = _Known(self.replayer.lookup(request))
         if cache_key is not None:
-            self._key_bytes += sum(map(len, cache_key)) + len(key.url)
+            key = found.lookup.key
+            self._key_bytes += sum(map(len, cache_key)) + (len(key.url) if key else 0)
             if len(self._keys) >= _KEY_CACHE or self._key_bytes > _KEY_CACHE_BYTES:
                 self._keys.clear()
                 self._key_bytes = self._prepared_bytes = 0
@@ -211,11 +201,10 @@ class ReplayServer:
 class _Known:
     """What a request line and its selecting headers map to; ``whole`` the answer's bytes."""
 
-    __slots__ = ("fetch", "key", "whole")
+    __slots__ = ("lookup", "whole")
 
-    def __init__(self, key: RequestKey, fetch: Fetch | None) -> None:
-        self.key = key
-        self.fetch = fetch
+    def __init__(self, lookup: Lookup) -> None:
+        self.lookup = lookup
         self.whole: bytes | None = None
 
 
@@ -397,7 +386,7 @@ class _Connection(asyncio.Protocol):
         return False
 
     def _refuse_raw(self) -> None:
-        self.server.book.refuse_raw(self._tunnel)
+        self.server.replayer.refuse_raw(self._tunnel)
         self.abort()
 
     def _decrypt(self, data: bytes) -> bytes:
@@ -538,7 +527,7 @@ class _Connection(asyncio.Protocol):
     def _fail(self, exc: HTTPParseError) -> None:
         """A request that is not HTTP/1.1: say so and close (inside a tunnel: not HTTP)."""
         if self._tunnel is not None and self._answered == 0:
-            self.server.book.refuse_other(NOT_HTTP, address=f"{self._tunnel}", error=str(exc))
+            self.server.replayer.refuse_not_http(self._tunnel, str(exc))
         text = f"fetchproxy: bad request: {exc}\n".encode()
         self._send(
             response_head(
@@ -562,41 +551,38 @@ class _Connection(asyncio.Protocol):
             self._connect(head)
             return
         try:
-            known = server.key_of(head, self._scheme, self._tunnel, body)
-        except ValueError as exc:  # HTTPParseError, InvalidURLError
-            refused = invalid_request(str(exc))
-            server.book.refuse_other(INVALID_REQUEST, error=str(exc))
-            self._write_answer(head, refused.answer, refused.text)
-            return
-        key, fetch = known.key, known.fetch
-        if (head.get("upgrade") or "").lower() == "websocket":
-            self._refuse(head, key, NOT_HTTP)
-            return
-        if fetch is None:
-            self._refuse(head, key, NOT_IN_LOCK)
-            return
+            known = server.lookup(head, self._scheme, self._tunnel, body)
+        except HTTPParseError as exc:
+            known = _Known(Lookup(None, None, str(exc)))
         range_header = head.get("range")
+        decision = server.replayer.decide(
+            known.lookup,
+            method=head.method,
+            websocket=(head.get("upgrade") or "").lower() == "websocket",
+            range_header=range_header,
+        )
+        if not isinstance(decision, Hit):
+            self._write_answer(head, decision.answer, decision.text)
+            return
+        fetch = decision.fetch
         plain = range_header is None and head.keep_alive and head.version == "HTTP/1.1"
         whole = known.whole
         if whole is not None and plain:
-            server.book.served(key, 0 if head.method == "HEAD" else fetch.size)
+            server.replayer.served(decision)
             self._send(whole)
             return
         if fetch.size <= SMALL_BODY:
             cached = server.blobs.cached(fetch.digest)
             if cached is not None and len(cached) == fetch.size:
-                answer = answer_for(fetch, method=head.method, range_header=range_header)
                 if plain:  # no Range: the whole body
-                    whole = self._answer_bytes(head, answer, cached)
+                    whole = self._answer_bytes(head, decision.answer, cached)
                     server.prepare(known, whole)
-                    server.book.served(key, 0 if head.method == "HEAD" else fetch.size)
+                    server.replayer.served(decision)
                     self._send(whole)
                     return
-                self._write_answer(head, answer, cached, served=key)
+                self._write_answer(head, decision.answer, cached, served=decision)
                 return
-        self.task = asyncio.get_running_loop().create_task(
-            self._answer_slowly(head, key, fetch, range_header)
-        )
+        self.task = asyncio.get_running_loop().create_task(self._answer_slowly(head, decision))
         self.task.add_done_callback(self._slow_done)
 
     def _connect(self, head: RequestHead) -> None:
@@ -616,32 +602,20 @@ class _Connection(asyncio.Protocol):
         self._send(_CONNECTED)
         self._state = "tunnel"  # _process hands on whatever followed in the same read
 
-    def _refuse(
-        self,
-        head: RequestHead,
-        key: RequestKey,
-        reason: str,
-        status: int = 403,
-        *,
-        error: str | None = None,
-    ) -> None:
-        refused = refusal(key, lock_name=self.server.lock_name, reason=reason, status=status)
-        self.server.book.refuse(key, reason=reason, error=error)
+    def _send_refusal(self, head: RequestHead, refused: Refusal) -> None:
         self._write_answer(head, refused.answer, refused.text)
 
     def _write_answer(
-        self, head: RequestHead, answer: Answer, body: bytes, *, served: RequestKey | None = None
+        self, head: RequestHead, answer: Answer, body: bytes, *, served: Hit | None = None
     ) -> None:
         """Send a whole answer with ``body`` (the blob; cut to the answer's range).
 
-        With ``served``, count it as served (with the body bytes it carries) before sending it:
-        like a refusal's count and log line, it is in the book by the time a client has the answer.
+        With ``served``, count that hit as served before sending it: like a refusal's count and
+        log line, it is in the books by the time a client has the answer.
         """
         out = self._answer_bytes(head, answer, body)
         if served is not None:
-            start, end = answer.span(len(body))
-            sent = end - start if answer.send_body and head.method != "HEAD" else 0
-            self.server.book.served(served, sent)
+            self.server.replayer.served(served)
         self._send(out)
         if not head.keep_alive:
             self._close()
@@ -666,35 +640,32 @@ class _Connection(asyncio.Protocol):
             self._process()
         self._close_if_done()
 
-    async def _answer_slowly(
-        self, head: RequestHead, key: RequestKey, fetch: Fetch, range_header: str | None
-    ) -> None:
+    async def _answer_slowly(self, head: RequestHead, hit: Hit) -> None:
         """First use of a blob (verify it), or a large body (stream it)."""
-        blobs = self.server.blobs
-        book = self.server.book
-        try:
-            if fetch.size <= SMALL_BODY:
-                body = await blobs.small_body(fetch.digest, fetch.size)
-            else:
-                await blobs.verify(fetch.digest, fetch.size)
-                body = None
-        except StoreError as exc:
-            logger.error("%s", exc)
-            self._refuse(head, key, *store_refusal(exc), error=str(exc))
+        replayer = self.server.replayer
+        fetch, answer = hit.fetch, hit.answer
+        refused = await replayer.verify(hit)
+        if refused is not None:
+            self._send_refusal(head, refused)
             return
-        answer = answer_for(fetch, method=head.method, range_header=range_header)
-        if body is not None or not answer.send_body:  # HEAD sends no body
-            self._write_answer(head, answer, body or b"", served=key)
+        if fetch.size <= SMALL_BODY or not answer.send_body:  # HEAD sends no body
+            try:
+                body = b""
+                if answer.send_body:
+                    body = await self.server.blobs.small_body(fetch.digest, fetch.size)
+            except StoreError as exc:
+                self._send_refusal(head, replayer.store_failed(hit, exc))
+                return
+            self._write_answer(head, answer, body, served=hit)
             return
         start, end = answer.span(fetch.size)
         keep_alive = head.keep_alive
-        book.served(key, end - start)
+        replayer.served(hit)
         self._send(_answer_head(head, answer))
         try:
             await self._stream(fetch, start, end)
         except StoreError as exc:
-            logger.error("%s", exc)
-            book.revoke(key, end - start, reason=CORRUPT_BLOB, error=str(exc))
+            replayer.cut_off(hit, exc)
             self.abort()  # the client sees a body cut short, never a corrupt one whole
             return
         except ConnectionError:

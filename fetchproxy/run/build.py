@@ -1,24 +1,22 @@
 """``fetchproxy record -- BUILD`` and ``fetchproxy replay -- BUILD``: a build in the sandbox.
 
-Per run: a private temporary directory (0700, ``fetchproxy-run-…``) with a fresh ephemeral CA
-whose key never leaves it (a run killed with SIGKILL cannot remove it: the next run does);
-the sandbox (:mod:`fetchproxy.sandbox`), then the proxy, then the build with the proxy and CA
-variables set. Which sandbox (``--sandbox``, :func:`~fetchproxy.sandbox.available_sandbox`):
+Per run: a private directory (:mod:`fetchproxy.run.rundir`) with a fresh ephemeral CA whose
+key never leaves it; the sandbox (:mod:`fetchproxy.sandbox`); the proxy, listening where the
+build can reach it and nowhere else; the build, with the proxy and CA variables set
+(:mod:`fetchproxy.run.buildenv`); and when it ends, the outcome (:mod:`fetchproxy.run.outcome`).
+Where the proxy listens depends on the sandbox (``--sandbox``,
+:func:`~fetchproxy.sandbox.available_sandbox`):
 
 - **root**: two network namespaces and a veth pair. The proxy listens in the edge namespace
-  (the event-loop thread enters the edge, mitmproxy binds, and the ``running`` hook moves the
-  thread back, so upstream connections are made from the host namespace).
-- **user**, without root: a user and network namespace with only lo. The proxy listens on the
-  host's loopback, and a :class:`~fetchproxy.relay.Relay` pipes to it what arrives on the
-  listener the sandbox made on its own loopback; one line on stderr says so, and what this
-  sandbox lacks compared to the root one.
+  (the event-loop thread enters the edge, the engine binds, and its ``on_running`` callback
+  moves the thread back, so upstream connections are made from the host namespace).
+- **user**, without root: a user and network namespace with only lo. Replay serves on the
+  listener the sandbox made on its own loopback; record listens on the host's loopback and a
+  :class:`~fetchproxy.run.relay.Relay` pipes to it what arrives on that listener. One line on
+  stderr says so, and what this sandbox lacks compared to the root one.
 - **none** (``--no-sandbox``): the host's network, said on stderr.
 
-SIGINT and SIGTERM are forwarded to the build. When it ends the proxy stops, the lock is
-written (record: only if the build succeeded and every answer was stored; otherwise the lock
-stays as it was and the journal keeps what was recorded) and a summary goes to stderr.
-
-Exit status: the build's own when it failed; else 3 when replay refused anything; else 0.
+SIGINT and SIGTERM are forwarded to the build.
 """
 
 from __future__ import annotations
@@ -26,33 +24,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import fcntl
+import errno
 import os
-import shutil
 import signal
-import stat
 import sys
-import tempfile
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from fetchproxy.ca import generate_ephemeral_ca, system_trust_bundle
-from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS
-from fetchproxy.replay.directrun import DirectReplayRun
+from fetchproxy.keys.rules import KeyRules
 from fetchproxy.run.buildenv import build_environment, wgetrc_text
-from fetchproxy.run.engines import make_run
+from fetchproxy.run.engines import ProxyRun, open_run
+from fetchproxy.run.outcome import ExitStatus, build_outcome, finish
 from fetchproxy.run.relay import Relay
-from fetchproxy.run.serve import finish
+from fetchproxy.run.rundir import run_dir
 from fetchproxy.run.settings import Mode, ProxySettings
-from fetchproxy.sandbox import BuildProcess, Sandbox, SandboxError, UserSandbox, available_sandbox
+from fetchproxy.sandbox import (
+    BuildProcess,
+    BuildStartError,
+    Sandbox,
+    SandboxError,
+    UserSandbox,
+    available_sandbox,
+)
+from fetchproxy.sandbox.netns import threads_outside_own_netns
 from fetchproxy.store import Store
 
-if TYPE_CHECKING:
-    from fetchproxy.run.engines import Run
-
-REFUSED_STATUS = 3
 PROXY_PORT = 3128
 """The proxy's port as the build sees it: in the edge namespace (root sandbox) or on the
 sandbox's own loopback (user sandbox); private to the run, so it never clashes."""
@@ -71,66 +70,31 @@ class RunRequest:
     sandbox: SandboxMode = "auto"
     keep: bool = False
     exact: bool = False
-    secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS
+    rules: KeyRules = field(default_factory=KeyRules)
     http2: bool = False
 
-
-RUN_DIR_PREFIX = "fetchproxy-run-"
-RUN_LOCK = ".run-lock"
-"""A file in a run's directory that the run holds an ``flock`` on for as long as it lives."""
+    def settings(self, confdir: Path, host: str, port: int) -> ProxySettings:
+        """The proxy's settings for this run, listening at ``host:port``."""
+        return ProxySettings(
+            mode=self.mode,
+            lock=self.lock,
+            store=self.store,
+            confdir=confdir,
+            listen_host=host,
+            listen_port=port,
+            log=self.log,
+            upstream_ca=tuple(self.upstream_ca),
+            keep=self.keep,
+            exact=self.exact,
+            rules=self.rules,
+            http2=self.http2,
+        )
 
 
 def run_build(request: RunRequest) -> int:
     """Run the build under the proxy; the exit status."""
-    remove_stale_run_dirs(Path(tempfile.gettempdir()))
-    with tempfile.TemporaryDirectory(prefix=RUN_DIR_PREFIX) as tmp, hold_run_dir(Path(tmp)):
-        return asyncio.run(_run(request, Path(tmp)))
-
-
-@contextlib.contextmanager
-def hold_run_dir(directory: Path) -> Iterator[None]:
-    """Hold ``directory`` as a live run's: an ``flock`` the kernel drops when the run dies.
-
-    The lock file is locked under a temp name and then renamed into place, so a sweeping run
-    never finds it unlocked while this run lives.
-    """
-    fd, name = tempfile.mkstemp(dir=directory, prefix=".run-lock-")
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        Path(name).rename(directory / RUN_LOCK)
-        yield
-    finally:
-        os.close(fd)
-
-
-def remove_stale_run_dirs(parent: Path) -> list[Path]:
-    """Remove the run directories in ``parent`` whose run is gone; which were removed.
-
-    A run removes its directory (and the ephemeral CA key in it) itself, unless it was killed
-    with SIGKILL. A run holds an ``flock`` on its directory's lock file while it lives (the
-    kernel drops it when the process dies, whatever its PID namespace), so a directory whose
-    lock can be taken is left over. Only this user's directories are touched; one without a
-    lock file (being made, or from an older fetchproxy) is left alone.
-    """
-    removed = []
-    for path in parent.glob(f"{RUN_DIR_PREFIX}*"):
-        try:
-            info = path.lstat()
-            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-                continue
-            fd = os.open(path / RUN_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # held: the run is alive
-            continue
-        else:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-        finally:
-            os.close(fd)
-    return removed
+    with run_dir() as tmp:
+        return asyncio.run(_run(request, tmp))
 
 
 async def _run(request: RunRequest, tmp: Path) -> int:
@@ -145,89 +109,67 @@ async def _run(request: RunRequest, tmp: Path) -> int:
         raise SandboxError(reason)
     if kind == "root":
         with Sandbox(proxy_port=PROXY_PORT) as sandbox:
-            return await _run_in_root_sandbox(request, sandbox, confdir, bundle)
+            async with _in_edge(request, sandbox, confdir) as proxy:
+                return await _build(request, sandbox, proxy, bundle, sandbox.edge_address)
     with UserSandbox(proxy_port=PROXY_PORT) as user_sandbox:
-        return await _run_in_user_sandbox(request, user_sandbox, confdir, bundle)
+        async with _in_user_sandbox(request, user_sandbox, confdir) as proxy:
+            return await _build(request, user_sandbox, proxy, bundle, user_sandbox.proxy_host)
 
 
-def _settings(request: RunRequest, confdir: Path, host: str, port: int) -> ProxySettings:
-    return ProxySettings(
-        mode=request.mode,
-        lock=request.lock,
-        store=request.store,
-        confdir=confdir,
-        listen_host=host,
-        listen_port=port,
-        log=request.log,
-        upstream_ca=tuple(request.upstream_ca),
-        keep=request.keep,
-        exact=request.exact,
-        secret_params=request.secret_params,
-        http2=request.http2,
+@contextlib.asynccontextmanager
+async def _in_edge(request: RunRequest, sandbox: Sandbox, confdir: Path) -> AsyncIterator[ProxyRun]:
+    """The proxy listening in the root sandbox's edge namespace, for the ``with`` block."""
+    proxy = open_run(
+        request.settings(confdir, sandbox.edge_address, PROXY_PORT), on_running=sandbox.leave_edge
     )
-
-
-async def _run_in_root_sandbox(
-    request: RunRequest, sandbox: Sandbox, confdir: Path, bundle: bytes
-) -> int:
-    settings = _settings(request, confdir, sandbox.edge_address, PROXY_PORT)
-    proxy = make_run(settings, on_running=sandbox.leave_edge)
     sandbox.enter_edge()
     try:
         await proxy.start()
     finally:
-        # The running hook already left the edge, unless start() failed before it; leaving
-        # twice is harmless.
+        # on_running already left the edge, unless start() failed before it: leaving twice
+        # is harmless.
         sandbox.leave_edge()
-    stray = threads_outside_own_netns()
-    if stray:
-        await proxy.stop()
-        raise SandboxError(
-            f"internal error: threads {stray} were started while the proxy was "
-            "binding in the edge namespace and would make upstream connections from there"
-        )
     try:
-        status = await _build(request, sandbox, bundle, f"{sandbox.edge_address}:{PROXY_PORT}")
-    except BaseException:
+        stray = threads_outside_own_netns()
+        if stray:
+            raise SandboxError(
+                f"internal error: threads {stray} were started while the proxy was "
+                "binding in the edge namespace and would make upstream connections from there"
+            )
+        yield proxy
+    finally:
         await proxy.stop()
-        raise
-    await proxy.stop()
-    return _exit_status(status, proxy)
 
 
-async def _run_in_user_sandbox(
-    request: RunRequest, sandbox: UserSandbox, confdir: Path, bundle: bytes
-) -> int:
-    settings = _settings(request, confdir, "127.0.0.1", 0)
+@contextlib.asynccontextmanager
+async def _in_user_sandbox(
+    request: RunRequest, sandbox: UserSandbox, confdir: Path
+) -> AsyncIterator[ProxyRun]:
+    """The proxy serving the user sandbox's listener, for the ``with`` block."""
+    settings = request.settings(confdir, "127.0.0.1", 0)
     inside = f"{sandbox.proxy_host}:{sandbox.proxy_port}"
     if settings.direct:
         # The direct replay server serves on the listener made inside the sandbox itself:
         # no relay, and nothing listens on the host.
-        direct = DirectReplayRun(settings, sock=sandbox.accept_socket())
-        await direct.start()
+        proxy = open_run(settings, sock=sandbox.accept_socket())
+        await proxy.start()
         print(user_sandbox_notice(request.sandbox, inside, None), file=sys.stderr)
         try:
-            status = await _build(request, sandbox, bundle, inside)
+            yield proxy
         finally:
-            await direct.stop()
-        return _exit_status(status, direct)
+            await proxy.stop()
+        return
     relay_ports: set[int] = set()
-    settings = dataclasses.replace(settings, only_client_ports=relay_ports)
-    proxy = make_run(settings)
-    await proxy.start()
-    host, port = proxy.addresses[0][:2]
+    proxy = open_run(dataclasses.replace(settings, only_client_ports=relay_ports))
+    host, port = (await proxy.start())[0]
     relay = Relay(sandbox.accept_socket(), (host, port), source_ports=relay_ports)
     try:
         await relay.start()
         print(user_sandbox_notice(request.sandbox, inside, f"{host}:{port}"), file=sys.stderr)
-        status = await _build(request, sandbox, bundle, inside)
-    except BaseException:
+        yield proxy
+    finally:
         await relay.stop()
         await proxy.stop()
-        raise
-    await relay.stop()
-    await proxy.stop()
-    return _exit_status(status, proxy)
 
 
 def user_sandbox_notice(choice: SandboxMode, inside: str, outside: str | None) -> str:
@@ -255,19 +197,29 @@ def user_sandbox_notice(choice: SandboxMode, inside: str, outside: str | None) -
 
 
 async def _build(
-    request: RunRequest, sandbox: Sandbox | UserSandbox, bundle: bytes, proxy_address: str
+    request: RunRequest,
+    sandbox: Sandbox | UserSandbox,
+    proxy: ProxyRun,
+    bundle: bytes,
+    proxy_host: str,
 ) -> int:
-    """Run the build in ``sandbox`` through the proxy at ``proxy_address``; its exit status."""
+    """Run the build in ``sandbox`` through ``proxy``; the run's exit status."""
     ca_path = f"{_INSIDE}/ca-bundle.pem"
     env = build_environment(
         os.environ,
-        proxy_url=f"http://{proxy_address}",
+        proxy_url=f"http://{proxy_host}:{PROXY_PORT}",
         ca_bundle=ca_path,
         wgetrc=f"{_INSIDE}/wgetrc",
     )
     files = {"ca-bundle.pem": bundle, "wgetrc": wgetrc_text(ca_path).encode()}
-    build = sandbox.spawn(request.argv, env=env, cwd=Path.cwd(), files=files)
-    return await _wait(build)
+    try:
+        build = sandbox.spawn(request.argv, env=env, cwd=Path.cwd(), files=files)
+    except BuildStartError as exc:
+        await proxy.stop()
+        return _cannot_run(request, proxy, exc.errno, exc.detail)
+    status = await _wait(build)
+    await proxy.stop()
+    return build_outcome(proxy, status)
 
 
 async def _run_unsandboxed(request: RunRequest, confdir: Path, tmp: Path, bundle: bytes) -> int:
@@ -277,68 +229,55 @@ async def _run_unsandboxed(request: RunRequest, confdir: Path, tmp: Path, bundle
         "the others",
         file=sys.stderr,
     )
-    proxy = make_run(_settings(request, confdir, "127.0.0.1", 0))
-    await proxy.start()
-    host, port = proxy.addresses[0]
-    ca_path = tmp / "ca-bundle.pem"
-    ca_path.write_bytes(bundle)
-    wgetrc = tmp / "wgetrc"
-    wgetrc.write_text(wgetrc_text(str(ca_path)))
-    env = build_environment(
-        os.environ, proxy_url=f"http://{host}:{port}", ca_bundle=str(ca_path), wgetrc=str(wgetrc)
-    )
+    proxy = open_run(request.settings(confdir, "127.0.0.1", 0))
+    host, port = (await proxy.start())[0]
     try:
-        process = await asyncio.create_subprocess_exec(*request.argv, env=env)
-    except OSError as exc:
+        ca_path = tmp / "ca-bundle.pem"
+        ca_path.write_bytes(bundle)
+        wgetrc = tmp / "wgetrc"
+        wgetrc.write_text(wgetrc_text(str(ca_path)))
+        env = build_environment(
+            os.environ,
+            proxy_url=f"http://{host}:{port}",
+            ca_bundle=str(ca_path),
+            wgetrc=str(wgetrc),
+        )
+        try:
+            process = await asyncio.create_subprocess_exec(*request.argv, env=env)
+        except OSError as exc:
+            await proxy.stop()
+            return _cannot_run(request, proxy, exc.errno, exc.strerror or str(exc))
+        with _forwarding_signals(process.send_signal):
+            status = await process.wait()
+    finally:
         await proxy.stop()
-        print(f"fetchproxy: error: cannot run {request.argv[0]}: {exc.strerror}", file=sys.stderr)
-        return 127
+    return build_outcome(proxy, status)
+
+
+def _cannot_run(request: RunRequest, proxy: ProxyRun, errno_: int | None, why: str) -> int:
+    """The build command could not be started: said once, the lock left as it was, and the
+    shell's status for it (127 not found, 126 not executable), in every sandbox alike."""
+    print(
+        f"fetchproxy: error: cannot run the build command {request.argv[0]!r}: {why}",
+        file=sys.stderr,
+    )
+    finish(proxy, build_status=ExitStatus.NOT_FOUND)  # the books close; the lock stays
+    return ExitStatus.NOT_FOUND if errno_ == errno.ENOENT else ExitStatus.CANNOT_EXECUTE
+
+
+@contextlib.contextmanager
+def _forwarding_signals(send: Callable[[int], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM passed on to the build with ``send`` for the ``with`` block."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, process.send_signal, sig)
+        loop.add_signal_handler(sig, send, sig)
     try:
-        status = await process.wait()
+        yield
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-    await proxy.stop()
-    return _exit_status(status, proxy)
-
-
-def threads_outside_own_netns() -> list[int]:
-    """Thread ids of this process whose network namespace is not the calling thread's."""
-    own = Path("/proc/thread-self/ns/net").readlink()
-    stray = []
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            if (task / "ns" / "net").readlink() != own:
-                stray.append(int(task.name))
-        except OSError:
-            continue  # the thread ended meanwhile
-    return stray
 
 
 async def _wait(build: BuildProcess) -> int:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, build.send_signal, sig)
-    try:
+    with _forwarding_signals(build.send_signal):
         return await asyncio.to_thread(build.wait)
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-
-
-def _exit_status(build_status: int, proxy: Run) -> int:
-    proxy_status = finish(proxy, build_status=build_status)
-    if build_status != 0:
-        return 128 - build_status if build_status < 0 else build_status
-    refused = 0 if proxy.book is None else proxy.book.stats.refused
-    if refused:
-        print(
-            f"fetchproxy: the build succeeded, but replay refused {refused} "
-            "request(s): it is not hermetic (exit status 3)",
-            file=sys.stderr,
-        )
-        return REFUSED_STATUS
-    return proxy_status

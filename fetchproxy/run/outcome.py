@@ -1,22 +1,125 @@
-"""The lines a run prints on stderr when it ends."""
+"""How a run ends: its exit status (:class:`ExitStatus`) and the lines it prints on stderr.
+
+Every command's exit status comes from here. ``record``/``replay -- BUILD``: the build's own
+status when it failed (``128 + N`` when signal N stopped it; 127 when the build command cannot
+be found, 126 when it cannot be run), else :attr:`ExitStatus.NOT_HERMETIC` when replay refused
+a request (or, with ``--exact``, left an entry unused), else :attr:`ExitStatus.INCOMPLETE` when
+record could not keep an answer or write the lock, else 0. Bad input of any command is
+:attr:`ExitStatus.USAGE`. The README's list is checked against this enum by a test.
+"""
 
 from __future__ import annotations
 
+import enum
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from fetchproxy.lock.model import Lock
+from fetchproxy.record.book import RecordBook, RecordResult
+from fetchproxy.replay.book import ReplayBook
 from fetchproxy.review.diff import diff_locks, render_text
+from fetchproxy.run.engines import ProxyRun
 from fetchproxy.text import counted, human_bytes
 
-if TYPE_CHECKING:
-    from fetchproxy.addons.record import Record
-    from fetchproxy.replay.book import ReplayBook
+
+class ExitStatus(enum.IntEnum):
+    """The exit statuses fetchproxy itself chooses (a failed build's own status passes through)."""
+
+    OK = 0
+    INCOMPLETE = 1
+    """Something the command checks was not whole: record could not store an answer or write
+    the lock (the lock stays as it was); ``lock verify``/``store verify`` found a problem;
+    ``lock diff``: the locks differ."""
+    USAGE = 2
+    """A usage error or bad input: a malformed lock, an unknown version, missing blobs, a file
+    that cannot be written; nothing was changed."""
+    NOT_HERMETIC = 3
+    """Replay refused at least one request (with ``--exact``: or left a lock entry unused)."""
+    CANNOT_EXECUTE = 126
+    """The build command exists but cannot be run."""
+    NOT_FOUND = 127
+    """The build command cannot be found."""
 
 
-def record_summary(record: Record, *, lock: Path, written: bool = True) -> str:
+SIGNALLED = 128
+"""A build stopped by signal N exits ``128 + N``, as a shell reports it."""
+
+
+def build_status_code(build_status: int) -> int:
+    """A build's wait status (its code, or minus the signal) as an exit status."""
+    return SIGNALLED - build_status if build_status < 0 else build_status
+
+
+# ------------------------------------------------------------------------------------ finishing
+
+
+def finish(run: ProxyRun, *, build_status: int = 0) -> int:
+    """Write the lock (record) and print the summary; the proxy's part of the exit status.
+
+    Record leaves the lock unchanged, and keeps its journal for ``fetchproxy lock recover``,
+    when the build failed or was stopped (``build_status``: negative for a signal) or an answer
+    could not be stored (then :attr:`ExitStatus.INCOMPLETE`). Replay: ``NOT_HERMETIC`` when
+    ``--exact`` was given and the run refused a request or left entries unused.
+    """
+    lock = run.settings.lock
+    if run.record is not None:
+        result = run.record.finish(build_status)
+        print(record_text(run.record, result, lock=lock), file=sys.stderr)
+        return ExitStatus.OK if result.written else ExitStatus.INCOMPLETE
+    book = run.book
+    assert book is not None, "a replay run keeps a book"
+    print(replay_summary(book, lock=lock), file=sys.stderr)
+    book.close()
+    if run.settings.exact and (book.stats.refused or book.unused()):
+        print(
+            f"fetchproxy: --exact: the build did not use exactly {lock} "
+            f"({book.stats.refused} refused, {len(book.unused())} unused)",
+            file=sys.stderr,
+        )
+        return ExitStatus.NOT_HERMETIC
+    return ExitStatus.OK
+
+
+def build_outcome(run: ProxyRun, build_status: int) -> int:
+    """The exit status of ``record``/``replay -- BUILD`` once the build ended and the proxy
+    stopped: the build's own when it failed, else replay's refusals, else the proxy's."""
+    proxy_status = finish(run, build_status=build_status)
+    if build_status != 0:
+        return build_status_code(build_status)
+    refused = 0 if run.book is None else run.book.stats.refused
+    if refused:
+        print(
+            f"fetchproxy: the build succeeded, but replay refused {refused} "
+            f"request(s): it is not hermetic (exit status {ExitStatus.NOT_HERMETIC})",
+            file=sys.stderr,
+        )
+        return ExitStatus.NOT_HERMETIC
+    return proxy_status
+
+
+# ----------------------------------------------------------------------------------------- text
+
+
+def record_text(book: RecordBook, result: RecordResult, *, lock: Path) -> str:
+    """What a record run says at the end: the summary, then the lock's changes or why it stays."""
+    lines = [record_summary(book, lock=lock, written=result.written)]
+    if result.written:
+        if result.previous is not None:
+            lines.append(lock_changes(result.previous, result.new, lock=lock))
+        return "\n".join(lines)
+    lines.append(f"fetchproxy: {result.reason}: {lock} is unchanged")
+    if result.journal is not None:
+        onto = " on top of it (--keep)" if book.keep else ""
+        lines.append(
+            f"fetchproxy: what it recorded is in {result.journal}: `fetchproxy lock recover "
+            f"--lock {lock}` makes that the lock{onto}; delete it to record afresh"
+        )
+    return "\n".join(lines)
+
+
+def record_summary(book: RecordBook, *, lock: Path, written: bool = True) -> str:
     """What a record run did; ``written``: whether its lock was written (else left unchanged)."""
-    stats = record.stats
+    stats = book.stats
     line = (
         f"fetchproxy: recorded {counted(stats.recorded, 'fetch', 'fetches')} "
         f"({human_bytes(stats.bytes)}) {'into' if written else 'for'} {lock}"
@@ -27,6 +130,8 @@ def record_summary(record: Record, *, lock: Path, written: bool = True) -> str:
         extras.append(f"{kept} answered from the existing lock (--keep)")
     if stats.passed:
         extras.append(f"{stats.passed} passed through unlocked (5xx or websocket)")
+    if stats.refused:
+        extras.append(f"{stats.refused} refused by fetchproxy (see the event log)")
     if stats.failed:
         extras.append(f"{stats.failed} failed")
     if stats.unstored:

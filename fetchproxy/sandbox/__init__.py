@@ -27,6 +27,7 @@ from fetchproxy.sandbox.build import BuildProcess
 from fetchproxy.sandbox.root import Sandbox
 from fetchproxy.sandbox.support import (
     SANDBOX_CHOICES,
+    BuildStartError,
     SandboxChoice,
     SandboxError,
     SandboxKind,
@@ -39,6 +40,7 @@ from fetchproxy.sandbox.user import UserSandbox
 __all__ = [
     "SANDBOX_CHOICES",
     "BuildProcess",
+    "BuildStartError",
     "Sandbox",
     "SandboxChoice",
     "SandboxError",

@@ -32,7 +32,7 @@ from fetchproxy.sandbox.bare import bare_command
 from fetchproxy.sandbox.mountplan import PRIVATE_DIR_CANDIDATES, MountPlan, plan_mounts
 from fetchproxy.sandbox.netns import in_new_thread
 from fetchproxy.sandbox.supervisor import STEP_EXEC, LineReader, format_message, parse_message
-from fetchproxy.sandbox.support import NO_SANDBOX_HINT, SandboxError
+from fetchproxy.sandbox.support import NO_SANDBOX_HINT, BuildStartError, SandboxError
 
 _HANDSHAKE_TIMEOUT = 60.0
 # The supervisor's detail when the kernel refuses it a fresh /proc: in a user namespace, it
@@ -183,9 +183,10 @@ def _failure(line: bytes | None, argv: Sequence[str], *, user: bool) -> SandboxE
         return SandboxError("the sandbox's supervisor exited during setup without saying why")
     errno, step, detail = int(arguments[0]), arguments[1], arguments[2]
     if step == STEP_EXEC:
-        return SandboxError(
+        return BuildStartError(
             f"cannot run the build command {argv[0]!r} in the sandbox: {detail}",
             errno=errno,
+            detail=detail,
         )
     if user and errno == EPERM and detail == _PROC_REFUSED:
         return SandboxError(

@@ -40,16 +40,25 @@ _NO_IPV6 = {"net/ipv6/conf/default/disable_ipv6": "1"}
 _ANY_PORT = {"net/ipv4/ip_unprivileged_port_start": "0"}
 
 _LINK_UP_TIMEOUT = 2.0
+_THREAD_GONE_TIMEOUT = 5.0
 
 T = TypeVar("T")
 
 
 def in_new_thread(function: Callable[[], T]) -> T:
-    """Run ``function`` on a thread of its own (namespace changes die with it)."""
+    """Run ``function`` on a thread of its own (namespace changes die with it).
+
+    Returns only once the kernel has removed the thread: ``Thread.join()`` returns when the
+    thread's C library exit is done, a moment before the kernel drops the task, and until then
+    ``/proc/self/task`` still lists it — in another namespace. Waiting here keeps every later
+    look at this process's threads (:func:`threads_outside_own_netns`) truthful.
+    """
     results: list[T] = []
     errors: list[BaseException] = []
+    native: list[int] = []
 
     def run() -> None:
+        native.append(threading.get_native_id())
         try:
             results.append(function())
         except BaseException as error:  # noqa: BLE001 - re-raised on the caller's thread
@@ -58,9 +67,35 @@ def in_new_thread(function: Callable[[], T]) -> T:
     thread = threading.Thread(target=run, name="fetchproxy-sandbox-namespaces")
     thread.start()
     thread.join()
+    _wait_until_gone(native[0])
     if errors:
         raise errors[0]
     return results[0]
+
+
+def _wait_until_gone(tid: int) -> None:
+    """Wait until the kernel no longer lists thread ``tid`` of this process (a few µs)."""
+    task = f"/proc/self/task/{tid}"
+    deadline = time.monotonic() + _THREAD_GONE_TIMEOUT
+    pause = 0.00001
+    while os.path.lexists(task):
+        if time.monotonic() > deadline:
+            raise OSError(errno.ETIMEDOUT, f"thread {tid} did not go away after it ended")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.001)
+
+
+def threads_outside_own_netns() -> list[int]:
+    """Thread ids of this process whose network namespace is not the calling thread's."""
+    own = Path("/proc/thread-self/ns/net").readlink()
+    stray = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            if (task / "ns" / "net").readlink() != own:
+                stray.append(int(task.name))
+        except OSError:
+            continue  # the thread ended meanwhile
+    return stray
 
 
 def _write_sysctls(sysctls: dict[str, str]) -> None:

@@ -48,6 +48,15 @@ class SandboxError(FetchproxyError, OSError):
         self.errno = errno
 
 
+class BuildStartError(SandboxError):
+    """The sandbox is set up, but the build command could not be started in it (``errno``:
+    ENOENT when it cannot be found); ``detail`` says why."""
+
+    def __init__(self, message: str, *, errno: int | None, detail: str) -> None:
+        super().__init__(message, errno=errno)
+        self.detail = detail
+
+
 @dataclass(frozen=True, kw_only=True)
 class Problem:
     """Why a sandbox cannot be built: what it needs, what is wrong here, and the fix."""

@@ -81,7 +81,8 @@ def lock_entries(work: Path) -> int:
 def events(work: Path) -> list[dict[str, object]]:
     log = work / "fetchproxy.lock.log.jsonl"
     lines = log.read_text().splitlines() if log.exists() else []
-    return [json.loads(line) for line in lines if line.strip()]
+    found = [json.loads(line) for line in lines if line.strip()]
+    return [event for event in found if event["event"] != "used"]
 
 
 def assert_replay_served(

@@ -331,7 +331,7 @@ def test_normalize_accept(value: str | None, expected: str | None) -> None:
 def test_normalize_request() -> None:
     digest = digest_bytes(b"body")
     key = normalize_request(
-        "post",
+        "POST",
         "HTTP://Example.org:80/git/x.git/git-upload-pack",
         headers=[
             ("ACCEPT", "application/x-git-upload-pack-result"),
@@ -347,6 +347,14 @@ def test_normalize_request() -> None:
         body_digest=digest,
     )
     assert key.host == "example.org"
+
+
+@pytest.mark.parametrize("method", ["get", "Get", "pOST"])
+def test_methods_are_case_sensitive_and_a_lock_holds_uppercase_ones(method: str) -> None:
+    """RFC 9110: a method is case-sensitive, so ``get`` is not ``GET``; a lock holds uppercase
+    methods only, so anything else is refused rather than served as its uppercase cousin."""
+    with pytest.raises(InvalidMethodError, match="methods are case-sensitive"):
+        normalize_request(method, "http://h/")
 
 
 def test_normalize_request_headers() -> None:
@@ -574,7 +582,7 @@ def test_equivalent_spellings_give_equal_keys(parts: Parts, data: st.DataObject)
     assert normalize_url(canonical) == canonical
     spelling = respell(data, parts)
     assert normalize_url(spelling) == canonical
-    method = data.draw(st.sampled_from(["get", "GET", "Get"]))
+    method = "GET"  # methods are case-sensitive: no other spelling is the same request
     accept = data.draw(st.sampled_from([[], [("Accept", "*/*")], [("accept", " */* ;q=0.1")]]))
     key = normalize_request(method, spelling, headers=accept)
     assert key == RequestKey(method="GET", url=canonical)

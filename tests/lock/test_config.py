@@ -53,15 +53,15 @@ def test_errors_name_the_file_line_and_setting(tmp_path: Path, text: str, messag
 
 
 def test_a_project_secret_parameter_never_reaches_the_lock(rig: Rig) -> None:
-    secret_params = parse_config(
+    rules = parse_config(
         '[fetchproxy]\nsecret-params = ["session"]\n', path=Path("fetchproxy.toml")
-    ).secret_params
-    recorder = rig.start("record", secret_params=secret_params)
+    ).rules
+    recorder = rig.start("record", rules=rules)
     assert rig.get(recorder, "/small.txt?session=s3ss10n-value").status == 200
     assert recorder.stop() == 0
     assert "s3ss10n-value" not in rig.paths.lock.read_text()
     assert [f.key.url for f in load_lock(rig.paths.lock).fetches] == [rig.origin.url("/small.txt")]
 
-    replayer = rig.start("replay", secret_params=secret_params)
+    replayer = rig.start("replay", rules=rules)
     assert rig.get(replayer, "/small.txt?session=another-session").status == 200
     assert replayer.stop() == 0

@@ -13,15 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fetchproxy.digest import digest_bytes
+from fetchproxy.keys.rules import KeyRules
 from fetchproxy.lock.file import (
     LockFileError,
     load_lock,
-    normal_form_problems,
     parse_lock,
     render_lock,
     write_lock,
 )
 from fetchproxy.lock.model import Fetch, Lock
+from fetchproxy.review.lockverify import normal_form_problems
 from tests.support import REPO
 from tests.support.locks import make_fetch
 
@@ -390,7 +391,8 @@ def test_a_real_git_merge_conflict_is_named(tmp_path: Path) -> None:
 
 
 def problems_of(*urls: str) -> list[str]:
-    return normal_form_problems(Lock.from_fetches(entry(url) for url in urls), "app.lock.toml")
+    lock = Lock.from_fetches(entry(url) for url in urls)
+    return normal_form_problems(lock, "app.lock.toml", KeyRules())
 
 
 AGAIN = "edit it or record again"
@@ -406,7 +408,7 @@ def test_urls_as_recording_writes_them_have_no_problems() -> None:
         )
         == []
     )
-    assert normal_form_problems(parse_lock(GOLDEN.read_text()), str(GOLDEN)) == []
+    assert normal_form_problems(parse_lock(GOLDEN.read_text()), str(GOLDEN), KeyRules()) == []
 
 
 @pytest.mark.parametrize(

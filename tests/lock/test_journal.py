@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from fetchproxy.cli import commands
 from fetchproxy.digest import digest_bytes
 from fetchproxy.files import WriteError
 from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.file import load_lock, write_lock
 from fetchproxy.lock.journal import Journal, JournalError, journal_mode, journal_path, read_journal
 from fetchproxy.lock.model import Fetch, Lock
-from tests.support.cli import parse_cli, run_fetchproxy
+from fetchproxy.record import book as record_book
+from tests.support.cli import run_command, run_fetchproxy
 
 
 def fetch(n: int) -> Fetch:
@@ -108,9 +108,9 @@ def test_a_lock_recover_cannot_write_is_an_error_and_keeps_the_journal(
     def read_only(path: Path, lock: Lock) -> bool:
         raise OSError(errno.EROFS, "Read-only file system", str(path))
 
-    monkeypatch.setattr(commands, "write_lock", read_only)
+    monkeypatch.setattr(record_book, "write_lock", read_only)
     with pytest.raises(WriteError) as caught:
-        commands.lock_recover(parse_cli("lock", "recover", "--lock", str(lock)))
+        run_command("lock", "recover", "--lock", str(lock))
     unchanged = "Read-only file system — the lock is unchanged"
     assert str(caught.value) == f"cannot write {lock}: {unchanged}"
     assert journal_path(lock).exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fetchproxy.digest import EMPTY, digest_bytes
 from fetchproxy.keys.request import RequestKey
+from fetchproxy.keys.rules import KeyRules
 from fetchproxy.record.rules import STRIPPED_REQUEST_HEADERS, fetch_from_answer, is_recordable
 
 KEY = RequestKey(method="GET", url="https://example.org/dl/tool.zip")
@@ -31,6 +32,7 @@ def test_range_conditionals_and_encoding_are_stripped() -> None:
 def test_kept_headers_and_nothing_volatile() -> None:
     fetch = fetch_from_answer(
         KEY,
+        rules=KeyRules(),
         status=200,
         headers=[
             ("Content-Type", "application/zip"),
@@ -51,6 +53,7 @@ def test_kept_headers_and_nothing_volatile() -> None:
 def test_redirect_location_is_absolute_normalized_and_without_secrets() -> None:
     fetch = fetch_from_answer(
         KEY,
+        rules=KeyRules(),
         status=302,
         headers=[("Location", "/objects/tool.zip?X-Amz-Signature=s3cr3t&b=2&a=1#frag")],
         digest=EMPTY,
@@ -62,7 +65,12 @@ def test_redirect_location_is_absolute_normalized_and_without_secrets() -> None:
 def test_head_keeps_the_announced_length() -> None:
     head = RequestKey(method="HEAD", url=KEY.url)
     fetch = fetch_from_answer(
-        head, status=200, headers=[("content-length", "1234")], digest=EMPTY, size=0
+        head,
+        status=200,
+        headers=[("content-length", "1234")],
+        digest=EMPTY,
+        size=0,
+        rules=KeyRules(),
     )
     assert fetch.content_length == 1234
     assert fetch.size == 0

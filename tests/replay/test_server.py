@@ -24,14 +24,15 @@ from cryptography import x509
 
 from fetchproxy.ca import generate_ca, load_ca
 from fetchproxy.digest import Digest, digest_bytes
+from fetchproxy.engine import ProxyStartError
 from fetchproxy.keys.gitbody import canonical_body
 from fetchproxy.lock.file import write_lock
 from fetchproxy.lock.model import Fetch, Lock
 from fetchproxy.replay import server as replayserver
 from fetchproxy.replay.book import MissingBodiesError
 from fetchproxy.replay.certs import HostContexts
-from fetchproxy.replay.directrun import DirectReplayRun
-from fetchproxy.run.settings import ProxySettings, ProxyStartError
+from fetchproxy.replay.server import ReplayServer
+from fetchproxy.run.settings import ProxySettings
 from fetchproxy.store import DiskStore
 from tests.support.cli import read_events
 from tests.support.locks import make_fetch
@@ -98,7 +99,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
         log=tmp_path / "events.jsonl",
     )
     proxy = ProxyThread(settings).start()
-    assert isinstance(proxy.run, DirectReplayRun)
+    assert isinstance(proxy.run.engine, ReplayServer)
     running = Served(proxy, ca_cert, tmp_path / "events.jsonl")
     yield running
     for client in running.clients:
@@ -278,13 +279,15 @@ def test_malformed_requests_and_non_http_in_a_tunnel_are_refused(served: Served)
     assert events == [
         {
             "event": "refused",
+            "key": None,
             "reason": "not-http",
             "address": "('files.example', 8443)",
             "error": "line 2 of the request head is not a header line",
         },
-        {"event": "refused", "reason": "not-http", "address": "('files.example', 22)"},
+        {"event": "refused", "key": None, "reason": "not-http", "address": "('files.example', 22)"},
         {
             "event": "refused",
+            "key": None,
             "reason": "invalid-request",
             "error": "GET /small: no absolute URL, CONNECT tunnel or Host header: the "
             "destination is unknown",
@@ -386,9 +389,8 @@ def test_a_client_that_does_not_read_cannot_make_the_server_buffer_without_bound
     client.send(get("/medium") * count)
     time.sleep(1)
     run = served.proxy.run
-    assert isinstance(run, DirectReplayRun)
-    assert run.server is not None
-    buffered = [c.transport.get_write_buffer_size() for c in run.server.connections if c.transport]
+    assert isinstance(run.engine, ReplayServer)
+    buffered = [c.transport.get_write_buffer_size() for c in run.engine.connections if c.transport]
     assert max(buffered) < 8 * 1024 * 1024  # the high-water mark (4 MiB) and one answer
     for _ in range(count):
         assert client.answer()[2] == MEDIUM
@@ -482,9 +484,8 @@ def test_a_client_that_stops_reading_is_cut_off_after_the_idle_timeout(
     client.send(get("/medium") * count)
     time.sleep(4 * short_idle)
     run = served.proxy.run
-    assert isinstance(run, DirectReplayRun)
-    assert run.server is not None
-    assert run.server.connections == set()  # cut off (reset: what it had not read is gone)
+    assert isinstance(run.engine, ReplayServer)
+    assert run.engine.connections == set()  # cut off (reset: what it had not read is gone)
     got = 0
     with suppress(ConnectionResetError, ssl.SSLError, AssertionError):
         while client.answer()[2] == MEDIUM:
@@ -498,12 +499,11 @@ def test_a_client_that_stops_reading_below_the_high_water_mark_is_cut_off_too(
     short_idle: float, served: Served
 ) -> None:
     run = served.proxy.run
-    assert isinstance(run, DirectReplayRun)
-    assert run.server is not None
+    assert isinstance(run.engine, ReplayServer)
     client = Client(served)
     client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     client.tunnel()
-    (connection,) = run.server.connections
+    (connection,) = run.engine.connections
     assert connection.transport is not None
     for _ in range(400):  # one request at a time until answers back up behind the socket
         client.send(get("/medium"))
@@ -512,7 +512,7 @@ def test_a_client_that_stops_reading_below_the_high_water_mark_is_cut_off_too(
             break
     assert 0 < connection.transport.get_write_buffer_size() < 4 * 1024 * 1024
     time.sleep(4 * short_idle)
-    assert run.server.connections == set()  # not left closing forever with unsent bytes
+    assert run.engine.connections == set()  # not left closing forever with unsent bytes
 
 
 def test_a_request_with_two_host_headers_is_refused_even_after_one_with_one(

@@ -9,11 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fetchproxy.cli.lockstore import (
-    LockStoreUsageError,
-    run_lock_diff,
-    run_lock_show,
-)
+from fetchproxy.cli.options import UsageError
 from fetchproxy.digest import digest_bytes
 from fetchproxy.lock.file import LockFileError, render_lock
 from fetchproxy.lock.model import Fetch, Lock
@@ -26,7 +22,7 @@ from fetchproxy.review.diff import (
     render_text,
     summary_line,
 )
-from tests.support.cli import parse_cli
+from tests.support.cli import run_command
 from tests.support.locks import make_fetch
 
 MiB = 1 << 20
@@ -409,9 +405,9 @@ def test_cli_exit_status_is_1_when_different_0_when_identical(
 ) -> None:
     old, _new = locks
     monkeypatch.chdir(old.parent)
-    assert run_lock_diff(parse_cli("lock", "diff", "old.lock.toml", "new.lock.toml")) == 1
+    assert run_command("lock", "diff", "old.lock.toml", "new.lock.toml") == 1
     assert capsys.readouterr().out == EXPECTED_TEXT
-    assert run_lock_diff(parse_cli("lock", "diff", "old.lock.toml", "old.lock.toml")) == 0
+    assert run_command("lock", "diff", "old.lock.toml", "old.lock.toml") == 0
     assert capsys.readouterr().out == (
         "fetchproxy lock diff: old.lock.toml → old.lock.toml\nsummary: no changes (3 fetches)\n"
     )
@@ -419,7 +415,7 @@ def test_cli_exit_status_is_1_when_different_0_when_identical(
 
 def test_cli_json(locks: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     old, new = locks
-    assert run_lock_diff(parse_cli("lock", "diff", "--format", "json", str(old), str(new))) == 1
+    assert run_command("lock", "diff", "--format", "json", str(old), str(new)) == 1
     document = json.loads(capsys.readouterr().out)
     assert document["summary"]["content_drift"] == 1
     assert document["old"] == str(old)
@@ -430,14 +426,14 @@ def test_cli_a_reformatted_lock_is_identical(
 ) -> None:
     old, new = locks
     new.write_text(old.read_text().replace("\n\n[[fetch]]", "\n[[fetch]]").replace(" = ", "="))
-    assert run_lock_diff(parse_cli("lock", "diff", str(old), str(new))) == 0
+    assert run_command("lock", "diff", str(old), str(new)) == 0
     assert capsys.readouterr().out == (
         f"fetchproxy lock diff: {old} → {new}\n"
         "summary: no changes (3 fetches)\n"
         "note: the files hold the same entries but differ in layout; `fetchproxy lock fmt` "
         "rewrites a lock in canonical form\n"
     )
-    assert run_lock_diff(parse_cli("lock", "diff", "--format", "json", str(old), str(new))) == 0
+    assert run_command("lock", "diff", "--format", "json", str(old), str(new)) == 0
     assert json.loads(capsys.readouterr().out)["identical"] is True
 
 
@@ -445,7 +441,7 @@ def test_cli_bad_input_names_file_and_line(locks: tuple[Path, Path]) -> None:
     old, new = locks
     new.write_text(new.read_text().replace("version = 1", "version = 2"))
     with pytest.raises(LockFileError) as caught:
-        run_lock_diff(parse_cli("lock", "diff", str(old), str(new)))
+        run_command("lock", "diff", str(old), str(new))
     assert str(caught.value) == (
         f"{new}:2: version: unknown lock version 2 — this lock was written by a newer "
         "fetchproxy; upgrade fetchproxy to read it"
@@ -453,19 +449,19 @@ def test_cli_bad_input_names_file_and_line(locks: tuple[Path, Path]) -> None:
     assert caught.value.exit_status == 2
     old.write_text("not a lock\n")
     with pytest.raises(LockFileError) as caught:
-        run_lock_diff(parse_cli("lock", "diff", str(old), str(new)))
+        run_command("lock", "diff", str(old), str(new))
     assert str(caught.value) == (
         f"{old}:1: not valid TOML (Expected '=' after a key in a key/value pair) — restore the "
         "file from version control, or re-record it with `fetchproxy record`"
     )
     with pytest.raises(LockFileError, match=r"missing\.lock\.toml: no such lock"):
-        run_lock_diff(parse_cli("lock", "diff", str(old.parent / "missing.lock.toml"), str(new)))
+        run_command("lock", "diff", str(old.parent / "missing.lock.toml"), str(new))
 
 
 def test_cli_more_than_two_files_is_a_usage_error(locks: tuple[Path, Path]) -> None:
     old, new = locks
-    with pytest.raises(LockStoreUsageError) as caught:
-        run_lock_diff(parse_cli("lock", "diff", str(old), str(new), str(new)))
+    with pytest.raises(UsageError) as caught:
+        run_command("lock", "diff", str(old), str(new), str(new))
     assert str(caught.value) == (
         "`fetchproxy lock diff` compares two locks, got 3 arguments: fetchproxy lock diff OLD NEW"
     )
@@ -477,29 +473,29 @@ def test_cli_as_git_external_diff(
 ) -> None:
     old, new = locks
     git_args = ["fetchproxy.lock.toml", str(old), "a" * 40, "100644", str(new), "b" * 40, "100644"]
-    assert run_lock_diff(parse_cli("lock", "diff", "--git-external-diff", *git_args)) == 0
+    assert run_command("lock", "diff", "--git-external-diff", *git_args) == 0
     expected = EXPECTED_TEXT.replace(
         "old.lock.toml → new.lock.toml",
         "fetchproxy.lock.toml@aaaaaaa → fetchproxy.lock.toml@bbbbbbb",
     )
     assert capsys.readouterr().out == expected
     deleted = [*git_args[:4], "/dev/null", ".", "."]
-    assert run_lock_diff(parse_cli("lock", "diff", "--git-external-diff", *deleted)) == 0
+    assert run_command("lock", "diff", "--git-external-diff", *deleted) == 0
     out = capsys.readouterr().out
     assert out.startswith("fetchproxy lock diff: fetchproxy.lock.toml@aaaaaaa → /dev/null\n")
     assert out.endswith("summary: 0 added, 3 removed, 0 changed; +0 B -11.1 MiB\n")
     worktree = [*git_args[:5], "0" * 40, "100644"]
-    assert run_lock_diff(parse_cli("lock", "diff", "--git-external-diff", *worktree)) == 0
+    assert run_command("lock", "diff", "--git-external-diff", *worktree) == 0
     assert capsys.readouterr().out.startswith(
         "fetchproxy lock diff: fetchproxy.lock.toml@aaaaaaa → fetchproxy.lock.toml (working tree)\n"
     )
     renamed = [*git_args, "renamed.lock.toml", "similarity index 90%\n"]
-    assert run_lock_diff(parse_cli("lock", "diff", "--git-external-diff", *renamed)) == 0
+    assert run_command("lock", "diff", "--git-external-diff", *renamed) == 0
     assert capsys.readouterr().out.startswith(
         "fetchproxy lock diff: fetchproxy.lock.toml@aaaaaaa → renamed.lock.toml@bbbbbbb\n"
     )
-    with pytest.raises(LockStoreUsageError, match="takes git's 7 \\(or 9\\) arguments, got 2"):
-        run_lock_diff(parse_cli("lock", "diff", "--git-external-diff", str(old), str(new)))
+    with pytest.raises(UsageError, match="takes git's 7 \\(or 9\\) arguments, got 2"):
+        run_command("lock", "diff", "--git-external-diff", str(old), str(new))
 
 
 def test_cli_git_external_diff_of_an_invalid_lock_falls_back_to_a_text_diff(
@@ -509,7 +505,7 @@ def test_cli_git_external_diff_of_an_invalid_lock_falls_back_to_a_text_diff(
     new.write_text(new.read_text() + "<<<<<<< HEAD\n")
     lines = new.read_text().count("\n")
     git_args = ["x.lock.toml", str(old), "a" * 40, "100644", str(new), "b" * 40, "100644"]
-    assert run_lock_diff(parse_cli("lock", "diff", "--git-external-diff", *git_args)) == 0
+    assert run_command("lock", "diff", "--git-external-diff", *git_args) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[:5] == [
         "fetchproxy lock diff: x.lock.toml@aaaaaaa → x.lock.toml@bbbbbbb",
@@ -524,13 +520,13 @@ def test_cli_git_external_diff_of_an_invalid_lock_falls_back_to_a_text_diff(
 
 def test_cli_show(locks: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     _old, new = locks
-    assert run_lock_show(parse_cli("lock", "show", str(new))) == 0
+    assert run_command("lock", "show", str(new)) == 0
     assert capsys.readouterr().out == render_listing(NEW)
     new.write_bytes(b"\xff")
     with pytest.raises(LockFileError, match=":1: not UTF-8 text"):
-        run_lock_show(parse_cli("lock", "show", str(new)))
+        run_command("lock", "show", str(new))
     new.write_text("version = 1\nfoo = 2\n")
-    assert run_lock_show(parse_cli("lock", "show", "--git-textconv", str(new))) == 0
+    assert run_command("lock", "show", "--git-textconv", str(new)) == 0
     assert capsys.readouterr().out == (
         f"# fetchproxy: not a valid lock: {new}:2: foo: unknown top-level key — a lock holds "
         "`version` and [[fetch]] tables only\nversion = 1\nfoo = 2\n"
@@ -542,5 +538,5 @@ def test_cli_show_defaults_to_the_lock_variable(
 ) -> None:
     old, _new = locks
     monkeypatch.setenv("FETCHPROXY_LOCK", str(old))
-    assert run_lock_show(parse_cli("lock", "show")) == 0
+    assert run_command("lock", "show") == 0
     assert capsys.readouterr().out == render_listing(OLD)

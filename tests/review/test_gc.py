@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fetchproxy.cli.lockstore import run_store
+from fetchproxy.cli.options import NoStoreError
 from fetchproxy.digest import Digest, digest_bytes, hex_of
 from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.file import LockFileError, write_lock
@@ -26,7 +26,7 @@ from fetchproxy.review.gc import (
     render_gc,
 )
 from fetchproxy.store import DiskStore, StoreError, TempFile
-from tests.support.cli import parse_cli
+from tests.support.cli import parse_cli, run_command
 
 HOUR = 3600.0
 KEPT = b"a body the lock uses"
@@ -336,15 +336,19 @@ def test_cli_gc(stale_store: DiskStore, lock: Path, capsys: pytest.CaptureFixtur
     root = store.root
     args = parse_cli("store", "gc", "--keep-lock", str(lock), "--store", str(root), "--dry-run")
     assert args.grace is None
-    assert run_store(args) == 0
+    assert (
+        run_command("store", "gc", "--keep-lock", str(lock), "--store", str(root), "--dry-run") == 0
+    )
     assert capsys.readouterr().out == (
         f"fetchproxy store gc: {root} (dry run: nothing removed)\n"
         f"would remove temp file {temp.path} (12 B, last written 2 h ago)\n"
         "summary: would remove 0 blobs and 1 temp file, would free 12 B; kept 1 blob used by "
         "1 lock, and 1 blob and 0 temp files newer than the grace period (1 h)\n"
     )
-    args = parse_cli("store", "gc", "--keep-lock", str(lock), "--store", str(root), "--grace", "0")
-    assert run_store(args) == 0
+    assert (
+        run_command("store", "gc", "--keep-lock", str(lock), "--store", str(root), "--grace", "0")
+        == 0
+    )
     unused = digest_bytes(UNUSED)
     assert capsys.readouterr().out == (
         f"fetchproxy store gc: {root}\n"
@@ -362,15 +366,12 @@ def test_cli_gc_keep_lock_takes_several_and_is_required(lock: Path, tmp_path: Pa
         parse_cli("store", "gc")
 
 
-def test_cli_gc_without_a_store_has_nothing_to_do(
-    lock: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cli_gc_without_a_store_is_an_error_that_names_it(lock: Path, tmp_path: Path) -> None:
+    """A mistyped --store must not look like an empty store: the same error as store verify."""
     nowhere = tmp_path / "nowhere"
-    args = parse_cli("store", "gc", "--keep-lock", str(lock), "--store", str(nowhere))
-    assert run_store(args) == 0
-    assert capsys.readouterr().out == (
-        f"fetchproxy store gc: {nowhere}: no store here, nothing to collect\n"
-    )
+    with pytest.raises(NoStoreError) as caught:
+        run_command("store", "gc", "--keep-lock", str(lock), "--store", str(nowhere))
+    assert str(caught.value).startswith(f"{nowhere}: no store here — point --store")
 
 
 def test_cli_gc_store_defaults_to_the_environment(
@@ -380,7 +381,7 @@ def test_cli_gc_store_defaults_to_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("FETCHPROXY_STORE", str(stale_store.root))
-    assert run_store(parse_cli("store", "gc", "--keep-lock", str(lock), "--grace", "2h")) == 0
+    assert run_command("store", "gc", "--keep-lock", str(lock), "--grace", "2h") == 0
     assert capsys.readouterr().out.startswith(f"fetchproxy store gc: {stale_store.root}\n")
 
 

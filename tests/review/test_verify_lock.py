@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from fetchproxy.cli import commands
 from fetchproxy.digest import digest_bytes
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.file import write_lock
 from fetchproxy.lock.model import Fetch, Lock
 from fetchproxy.store import DiskStore
-from tests.support.cli import parse_cli
+from tests.support.cli import run_command
 
 BODY = b"a recorded body\n"
 OTHER = b"another recorded body\n"
@@ -29,9 +28,7 @@ def entry(path: str, body: bytes, *, size: int | None = None) -> Fetch:
 
 
 def verify(lock: Path, store: DiskStore) -> int:
-    return commands.lock_verify(
-        parse_cli("lock", "verify", "--lock", str(lock), "--store", str(store.root))
-    )
+    return run_command("lock", "verify", "--lock", str(lock), "--store", str(store.root))
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from fetchproxy.cli.lockstore import NoStoreError, run_store
+from fetchproxy.cli.options import NoStoreError
 from fetchproxy.digest import Digest, digest_bytes, hex_of
 from fetchproxy.review.verify import verify_store
 from fetchproxy.store import DiskStore, MissingBlobError, StoreError
-from tests.support.cli import parse_cli
+from tests.support.cli import run_command
 
 GOOD = b"a good body"
 BAD = b"a body the disk will damage" * 40  # 1,080 bytes
@@ -36,7 +36,7 @@ def store(tmp_path: Path) -> DiskStore:
 
 
 def verify(store: DiskStore, *options: str) -> int:
-    return run_store(parse_cli("store", "verify", "--store", str(store.root), *options))
+    return run_command("store", "verify", "--store", str(store.root), *options)
 
 
 def test_a_clean_store(store: DiskStore, capsys: pytest.CaptureFixture[str]) -> None:
@@ -162,9 +162,9 @@ def test_a_good_copy_published_before_the_move_is_put_back(
 def test_no_store(tmp_path: Path) -> None:
     nowhere = tmp_path / "nowhere"
     with pytest.raises(NoStoreError) as caught:
-        run_store(parse_cli("store", "verify", "--store", str(nowhere)))
+        run_command("store", "verify", "--store", str(nowhere))
     assert str(caught.value) == (
-        f"{nowhere}: no store here — pass --store DIR or set FETCHPROXY_STORE "
+        f"{nowhere}: no store here — point --store or FETCHPROXY_STORE at the store to verify "
         "(a store is created by the first `fetchproxy record`)"
     )
     assert caught.value.exit_status == 2
@@ -172,7 +172,7 @@ def test_no_store(tmp_path: Path) -> None:
 
 def test_an_empty_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "empty").mkdir()
-    assert run_store(parse_cli("store", "verify", "--store", str(tmp_path / "empty"))) == 0
+    assert run_command("store", "verify", "--store", str(tmp_path / "empty")) == 0
     assert capsys.readouterr().out.endswith("summary: 0 blobs checked (0 B), all intact\n")
 
 

@@ -54,6 +54,6 @@ def test_only_the_relay_reaches_a_gated_proxy(rig: Rig) -> None:
     finally:
         relay.close()
     assert replayer.stop() == 0
-    assert replayer.run.turned_away == 1
+    assert replayer.run.engine.turned_away == 1
     assert replayer.replay.stats.served == 1
     assert ports == set()  # every relay connection released its port

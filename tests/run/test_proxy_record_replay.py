@@ -423,7 +423,9 @@ def test_an_origin_that_answers_differently_is_named_in_a_warning(
         f"GET {url} answered differently within one run ({dropped}, 16 bytes, then {kept}, "
         "16 bytes): the origin is not deterministic; the lock keeps the last answer"
     ]
-    assert read_events(rig.paths.log) == [{"event": "drift-in-run", "url": url, "method": "GET"}]
+    assert read_events(rig.paths.log) == [
+        {"event": "drift-in-run", "key": {"method": "GET", "url": url}}
+    ]
 
 
 def test_server_errors_reach_the_client_but_never_the_lock(
@@ -522,7 +524,7 @@ def test_an_answer_the_store_cannot_keep_is_loud_and_leaves_the_lock(
     assert f"recorded 0 fetches (0 B) for {rig.paths.lock}; 1 not stored" in err
     assert f"1 answer(s) could not be stored: {rig.paths.lock} is unchanged" in err
     events = read_events(rig.paths.log)
-    assert [(e["event"], e["url"]) for e in events] == [("unstored", url)]
+    assert [(e["event"], e["key"]["url"]) for e in events] == [("unstored", url)]  # type: ignore[index]
 
 
 class _FillsUpWriter(DiskBlobWriter):
@@ -558,12 +560,12 @@ def test_a_disk_that_fills_up_mid_body_still_answers_the_client_and_leaves_the_l
 def test_a_lock_that_cannot_be_written_at_the_end_keeps_the_journal(
     rig: Rig, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fetchproxy.addons import record as record_addon
+    from fetchproxy.record import book as record_book
 
     def full(path: Path, lock: Lock) -> bool:
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(record_addon, "write_lock", full)
+    monkeypatch.setattr(record_book, "write_lock", full)
     recorder = rig.start("record")
     assert rig.get(recorder, "/small.txt").status == 200
     assert recorder.stop() == 1

@@ -8,12 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fetchproxy.run.build import RUN_DIR_PREFIX, RUN_LOCK, hold_run_dir, remove_stale_run_dirs
+from fetchproxy.run.rundir import RUN_DIR_PREFIX, RUN_LOCK, hold_run_dir, remove_stale_run_dirs
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from fetchproxy.run.build import hold_run_dir
+from fetchproxy.run.rundir import hold_run_dir
 with hold_run_dir(Path(sys.argv[1])):
     print("held", flush=True)
     time.sleep(60)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import json
 import subprocess
@@ -10,7 +11,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from fetchproxy.cli import build_parser
+from fetchproxy.cli import build_parser, chosen
 
 
 def run_fetchproxy(
@@ -40,9 +41,11 @@ def parse_cli(*argv: str) -> argparse.Namespace:
 
 
 def read_events(log: Path, *, unused: bool = False) -> list[dict[str, object]]:
-    """The event log's lines; the end-of-replay ``unused`` lines only when asked for."""
+    """The event log's lines, without the end-of-replay ``used`` lines; the ``unused`` ones
+    only when asked for."""
     events = [json.loads(line) for line in io.StringIO(log.read_text()) if line.strip()]
-    return [e for e in events if unused or e["event"] != "unused"]
+    hidden = {"used"} if unused else {"used", "unused"}
+    return [e for e in events if e["event"] not in hidden]
 
 
 def files_under(*roots: Path) -> Sequence[Path]:
@@ -54,3 +57,13 @@ def files_under(*roots: Path) -> Sequence[Path]:
         elif root.is_dir():
             found.extend(p for p in sorted(root.rglob("*")) if p.is_file())
     return found
+
+
+def run_command(*argv: str) -> int:
+    """Run ``fetchproxy ARGV`` in this process as :func:`fetchproxy.cli.main` would, but let
+    what it raises escape (``main`` turns it into a message and status 2)."""
+    command = chosen(argv)
+    assert command is not None, f"no command in {argv}"
+    args = build_parser(only=command.words).parse_args(argv)
+    status: int = importlib.import_module(f"fetchproxy.cli.{command.module}").run(args)
+    return status

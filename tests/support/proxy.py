@@ -12,20 +12,16 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
-from fetchproxy.addons.record import Record
+from fetchproxy.record.book import RecordBook
 from fetchproxy.replay.book import ReplayBook
-from fetchproxy.run.engines import make_run
-from fetchproxy.run.serve import finish
+from fetchproxy.run.engines import ProxyRun, open_run
+from fetchproxy.run.outcome import finish
 from fetchproxy.run.settings import ProxySettings
 from tests.support.clients import Fetched, curl, urlfetch, urllib_opener
 from tests.support.origin import Origin
-
-if TYPE_CHECKING:
-    from fetchproxy.run.engines import Run
 
 
 @dataclass(frozen=True)
@@ -44,7 +40,7 @@ class ProxyThread:
     """A :class:`ProxyRun` on its own event loop in a thread; :meth:`stop` returns its status."""
 
     settings: ProxySettings
-    run: Run = field(init=False)
+    run: ProxyRun = field(init=False)
     url: str = ""
     status: int | None = None
     _loop: asyncio.AbstractEventLoop | None = None
@@ -52,9 +48,6 @@ class ProxyThread:
     _ready: threading.Event = field(default_factory=threading.Event)
     _failure: BaseException | None = None
     _thread: threading.Thread | None = None
-
-    def __post_init__(self) -> None:
-        self.run = make_run(self.settings)
 
     @property
     def client_protocol(self) -> str:
@@ -64,7 +57,7 @@ class ProxyThread:
         return "HTTP/2" if settings.http2 and not settings.direct else "HTTP/1.1"
 
     @property
-    def record(self) -> Record:
+    def record(self) -> RecordBook:
         record = self.run.record
         assert record is not None
         return record
@@ -96,6 +89,7 @@ class ProxyThread:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        self.run = open_run(self.settings)
         host, port = (await self.run.start())[0]
         self.url = f"http://{host}:{port}"
         self._ready.set()

@@ -1,0 +1,114 @@
+"""``fetchproxy record -- BUILD`` and ``fetchproxy replay -- BUILD``."""
+
+from __future__ import annotations
+
+import argparse
+
+from fetchproxy.cli.options import (
+    Parser,
+    UsageError,
+    add_lock,
+    add_log,
+    add_store,
+    upstream_ca,
+)
+
+HTTP2_HELP = {
+    "record": "speak HTTP/2 with clients and origins that offer it (off by default: slower "
+    "for large bodies, see docs/benchmarks.md)",
+    "replay": "speak HTTP/2 with clients that offer it: replay then runs on mitmproxy instead "
+    "of fetchproxy's own HTTP/1.1 server, which is much faster (docs/benchmarks.md)",
+    "serve": "speak HTTP/2 with clients (and, recording, origins) that offer it; off by "
+    "default: slower, see docs/benchmarks.md",
+}
+KEEP_HELP = (
+    "keep the existing lock: answer what it holds from the store, record only the rest, "
+    "remove nothing"
+)
+UPSTREAM_CA_HELP = (
+    "also trust the CA certificates in this PEM file for upstream TLS, e.g. an origin's own CA "
+    "(repeatable)"
+)
+EXACT_HELP = (
+    "fail (exit 3) also when lock entries go unused: the build must use exactly the lock (for CI)"
+)
+
+
+def add_proxy_options(parser: argparse.ArgumentParser, *, mode: str) -> None:
+    """The options of ``record``, ``replay`` and ``serve`` (which takes both modes' options,
+    each help saying which mode it is for)."""
+    add_lock(parser)
+    add_store(parser)
+    add_log(parser)
+    parser.add_argument("--http2", action="store_true", help=HTTP2_HELP[mode])
+    if mode != "replay":
+        prefix = "record: " if mode == "serve" else ""
+        parser.add_argument("--keep", action="store_true", help=prefix + KEEP_HELP)
+        parser.add_argument(
+            "--upstream-ca",
+            type=upstream_ca,
+            action="append",
+            default=[],
+            metavar="PATH",
+            help=prefix + UPSTREAM_CA_HELP,
+        )
+    if mode != "record":
+        parser.add_argument(
+            "--exact",
+            action="store_true",
+            help=EXACT_HELP
+            if mode == "replay"
+            else "replay: exit 3 at the end if requests were refused or lock entries went unused",
+        )
+
+
+def add_arguments(parser: Parser, words: tuple[str, ...]) -> None:
+    add_proxy_options(parser, mode=words[0])
+    isolation = parser.add_mutually_exclusive_group()
+    isolation.add_argument(
+        "--sandbox",
+        choices=("auto", "root", "user"),  # fetchproxy.sandbox.SANDBOX_CHOICES
+        default="auto",
+        help="which network sandbox: root (network namespaces and a veth pair; needs root), "
+        "user (an unprivileged user and network namespace with only loopback), or auto "
+        "(root when possible, else user; the default)",
+    )
+    isolation.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run BUILD with the host's network (only clients honouring proxy variables "
+        "are covered)",
+    )
+    parser.add_argument(
+        "build",
+        nargs=argparse.REMAINDER,
+        metavar="-- BUILD...",
+        help="the build command and its arguments, after --",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from fetchproxy.lock.config import config_path_for, load_config  # noqa: PLC0415
+    from fetchproxy.run.build import RunRequest, run_build  # noqa: PLC0415
+    from fetchproxy.store import open_store  # noqa: PLC0415
+
+    mode = args.words[0]
+    argv = list(args.build)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise UsageError(f"`fetchproxy {mode}` needs a build: fetchproxy {mode} -- BUILD...")
+    request = RunRequest(
+        mode=mode,
+        argv=argv,
+        lock=args.lock,
+        store=open_store(args.store),
+        log=args.log,
+        upstream_ca=tuple(getattr(args, "upstream_ca", ())),
+        sandbox="none" if args.no_sandbox else args.sandbox,
+        keep=getattr(args, "keep", False),
+        exact=getattr(args, "exact", False),
+        http2=args.http2,
+        rules=load_config(config_path_for(args.lock)).rules,
+    )
+    return run_build(request)

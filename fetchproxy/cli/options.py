@@ -1,0 +1,142 @@
+"""What every command's parser shares: the parser class, the options defined once, their types,
+the one usage error, and the one way a command finds the store it was pointed at."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from fetchproxy.errors import FetchproxyError
+from fetchproxy.store import DiskStore, open_store
+
+DEFAULT_LOCK = "fetchproxy.lock.toml"
+LOCK_HELP = f"the lock file (default: $FETCHPROXY_LOCK or ./{DEFAULT_LOCK})"
+STORE_HELP = (
+    "the content-addressed store (default: $FETCHPROXY_STORE, else "
+    "$XDG_CACHE_HOME/fetchproxy/store, else ~/.cache/fetchproxy/store)"
+)
+_DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class UsageError(FetchproxyError, ValueError):
+    """The command line asks for something that cannot be done (exit status 2)."""
+
+
+class NoStoreError(UsageError, FileNotFoundError):
+    """``--store`` (or the default) names no store, where a command needs one."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser that refuses what it cannot parse itself, with its own usage.
+
+    argparse hands a subcommand's unknown arguments up to the top-level parser, whose usage
+    (``fetchproxy [-h] COMMAND ...``) says nothing about the subcommand; every parser here
+    knows all the arguments it takes, so the one that met an unknown argument reports it.
+    ``check``, when set, is called with what the parser parsed; a message it returns is a
+    usage error too.
+    """
+
+    check: Callable[[argparse.Namespace], str | None] | None = None
+
+    # typeshed overloads this on the namespace's type; fetchproxy passes none or a Namespace
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        problem = None if self.check is None else self.check(parsed)
+        if problem is not None:
+            self.error(problem)
+        return parsed, extras
+
+
+# ------------------------------------------------------------------------- the shared options
+
+
+def default_lock() -> Path:
+    """``$FETCHPROXY_LOCK``, else ``fetchproxy.lock.toml`` in the current directory."""
+    return Path(os.environ.get("FETCHPROXY_LOCK", DEFAULT_LOCK))
+
+
+def add_lock(parser: argparse.ArgumentParser) -> None:
+    """``--lock PATH``."""
+    parser.add_argument("--lock", type=Path, default=default_lock(), metavar="PATH", help=LOCK_HELP)
+
+
+def add_store(parser: argparse.ArgumentParser) -> None:
+    """``--store DIR``, for every command that reads or writes the store."""
+    parser.add_argument("--store", type=Path, default=None, metavar="DIR", help=STORE_HELP)
+
+
+def add_log(parser: argparse.ArgumentParser) -> None:
+    """``--log PATH``, for every command that writes an event log."""
+    parser.add_argument(
+        "--log",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="JSON-lines event log (default: beside the lock)",
+    )
+
+
+def existing_store(root: Path | None, *, why: str) -> DiskStore:
+    """The store at ``root`` (``--store``, else the default), which must exist: a mistyped path
+    is an error, never an empty store. ``why`` ends the message: who needs it and for what."""
+    store = open_store(root)
+    if not store.root.is_dir():
+        raise NoStoreError(
+            f"{store.root}: no store here — point --store or FETCHPROXY_STORE at the store "
+            f"{why} (a store is created by the first `fetchproxy record`)"
+        )
+    return store
+
+
+# -------------------------------------------------------------------------------- value types
+
+
+def listen_address(value: str) -> tuple[str, int]:
+    """``--listen HOST:PORT``."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not (port.isascii() and port.isdigit()):
+        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:8080)")
+    if int(port) > 65535:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: the port must be from 0 to 65535 (0 picks a free one)"
+        )
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def upstream_ca(value: str) -> Path:
+    """``--upstream-ca PATH``: a readable file holding at least one PEM certificate."""
+    from cryptography import x509  # noqa: PLC0415 -- keeps `--help` fast
+
+    path = Path(value)
+    try:
+        pem = path.read_bytes()
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{value}: cannot read it: {exc.strerror}") from None
+    try:
+        x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        # OpenSSL's own "TRUSTED CERTIFICATE" blocks (a distribution's trust bundle) are
+        # certificates too: mitmproxy and Python's ssl load them, cryptography does not.
+        if b"-----BEGIN TRUSTED CERTIFICATE-----" not in pem:
+            raise argparse.ArgumentTypeError(
+                f"{value}: no PEM certificate in it (give the CA certificate of the origin)"
+            ) from None
+    return path
+
+
+def duration(text: str) -> float:
+    """``3600``, ``90s``, ``30m``, ``2h``, ``7d`` → seconds."""
+    match = _DURATION_RE.fullmatch(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: give seconds (3600) or a number with s, m, h or d (2h)"
+        )
+    return float(match.group(1)) * _UNITS[match.group(2)]

@@ -1,0 +1,69 @@
+"""``fetchproxy store gc`` and ``fetchproxy store verify``.
+
+Exit status: ``store verify`` 0 when every blob is intact, 1 when any is not; ``store gc`` 0.
+Both need the store to exist: a mistyped ``--store`` is an error, never an empty store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fetchproxy.cli.options import Parser, add_store, duration, existing_store
+
+
+def add_arguments(parser: Parser, words: tuple[str, ...]) -> None:
+    if words[1] == "gc":
+        parser.description = (
+            "Remove every blob none of the --keep-lock locks (nor their running records' "
+            "journals) refers to, and temp files, once older than the grace period. Safe while "
+            "records run; see docs/reviewing-locks.md."
+        )
+        parser.add_argument(
+            "--keep-lock",
+            type=Path,
+            action="extend",
+            nargs="+",
+            required=True,
+            metavar="PATH",
+            help="keep the blobs this lock refers to (repeatable; at least one)",
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="list what would go, remove nothing"
+        )
+        parser.add_argument(
+            "--grace",
+            type=duration,
+            default=None,
+            metavar="DURATION",
+            help="keep anything written more recently than this: seconds, or 30m, 2h, 7d "
+            "(default 1h)",
+        )
+    else:
+        parser.add_argument(
+            "--repair",
+            action="store_true",
+            help="move corrupt blobs aside into STORE/corrupt/ so the next record fetches them "
+            "again",
+        )
+    add_store(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fetchproxy.review import gc  # noqa: PLC0415
+    from fetchproxy.review import verify as storeverify  # noqa: PLC0415
+
+    if args.words[1] == "gc":
+        keep = gc.referenced_digests(args.keep_lock)  # before anything else: bad locks stop gc
+        store = existing_store(args.store, why="to collect garbage in")
+        grace = gc.DEFAULT_GRACE if args.grace is None else args.grace
+        report = gc.collect_garbage(
+            store, keep, grace=grace, dry_run=args.dry_run, locks=len(args.keep_lock)
+        )
+        sys.stdout.write(gc.render_gc(report))
+        return 0
+    store = existing_store(args.store, why="to verify")
+    result = storeverify.verify_store(store, repair=args.repair)
+    sys.stdout.write(storeverify.render_verify(result))
+    return 0 if result.clean else 1

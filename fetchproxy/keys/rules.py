@@ -1,0 +1,169 @@
+"""Request → key, decided in one place for every engine: :class:`KeyRules`.
+
+An engine (the mitmproxy addons, the direct replay server) gathers what it saw of a request into
+a :class:`RawRequest` — the method, the scheme, the server the request was actually sent to,
+the target, the headers and the body as they came — and asks :meth:`KeyRules.key` for its key.
+The engines decide nothing about keys themselves, so a request keys alike in record and replay.
+
+Where the bytes came from is the server the proxy connected to (or, in replay, would connect
+to): the ``CONNECT`` target inside a tunnel, else the authority of an absolute-form target.
+A ``Host`` header that names another server is refused (:class:`HostMismatchError`): keyed by
+the header, a lock would name a server the bytes never came from (docs/normalization.md). Only
+a request in origin form outside a tunnel (a client that takes the proxy for the origin) is
+placed by its ``Host`` header, its only destination.
+
+Pure: no I/O, no mitmproxy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from fetchproxy.digest import digest_bytes
+from fetchproxy.errors import FetchproxyError
+from fetchproxy.keys.bodies import decoded_body
+from fetchproxy.keys.gitbody import canonical_body
+from fetchproxy.keys.request import RequestKey, normalize_request
+from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS, InvalidURLError, normalize_url, redact_url
+
+Headers = Sequence[tuple[str, str]]
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class HostMismatchError(FetchproxyError, ValueError):
+    """A request whose ``Host`` header names another server than the one it was sent to."""
+
+
+class UnknownDestinationError(FetchproxyError, ValueError):
+    """A request in origin form outside a tunnel, with no ``Host`` header: sent nowhere."""
+
+
+@dataclass(frozen=True, slots=True)
+class RawRequest:
+    """What an engine saw of a request, before any rule is applied.
+
+    ``authority`` is the server the request goes to as ``host[:port]`` (an IPv6 address in
+    brackets): the ``CONNECT`` target inside a tunnel, or the authority of an absolute-form
+    target; None for a request in origin form outside a tunnel. ``target`` is the request
+    target as sent (``/path?query``, or the absolute form).
+    """
+
+    method: str
+    scheme: str
+    authority: str | None
+    target: str
+    headers: Headers
+    body: bytes = b""
+
+    def header(self, name: str) -> str | None:
+        """Every value of header ``name`` (lower case) joined by ``, ``; None when absent."""
+        values = [value for key, value in self.headers if key.lower() == name]
+        return ", ".join(values) if values else None
+
+
+class KeyRules:
+    """How one project's requests become keys: the built-in rules and its ``fetchproxy.toml``."""
+
+    def __init__(self, *, secret_params: Collection[str] = DEFAULT_SECRET_PARAMS) -> None:
+        self.secret_params = frozenset(secret_params)
+
+    def __repr__(self) -> str:
+        return f"KeyRules(secret_params={sorted(self.secret_params)})"
+
+    def key(self, request: RawRequest) -> RequestKey:
+        """The key of ``request``.
+
+        Raises :class:`~fetchproxy.keys.url.InvalidURLError` (a URL no key can name),
+        :class:`~fetchproxy.keys.request.InvalidMethodError` or :class:`HostMismatchError`.
+        """
+        url, path = self._url(request)
+        body_digest = None
+        if request.body:
+            body = decoded_body(request.body, request.header("content-encoding"))
+            body = canonical_body(path, request.header("content-type"), body)
+            body_digest = digest_bytes(body)
+        return normalize_request(
+            request.method,
+            url,
+            headers=request.headers,
+            body_digest=body_digest,
+            secret_params=self.secret_params,
+        )
+
+    def url(self, url: str) -> str:
+        """``url`` normalized with this project's secret parameters (``InvalidURLError``)."""
+        return normalize_url(url, secret_params=self.secret_params)
+
+    def redact(self, url: str) -> str:
+        """``url`` fit for a message: no user info, fragment or secret parameter."""
+        return redact_url(url, secret_params=self.secret_params)
+
+    def _url(self, request: RawRequest) -> tuple[str, str]:
+        """The absolute URL the key names, and the request's path (with its query)."""
+        scheme, target = request.scheme, request.target
+        authority = request.authority
+        if "://" in target.partition("?")[0] and not target.startswith("/"):
+            scheme_part, _, rest = target.partition("://")
+            scheme = scheme_part.lower()
+            end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+            given, path = rest[:end].rpartition("@")[2], rest[end:]
+            if request.authority is None:
+                authority = given
+            elif not _same_server(scheme, given, request.authority):
+                raise HostMismatchError(
+                    f"{request.method} {self.redact(target)}: the URL names another server "
+                    f"than the tunnel it was sent in ({_shown(request.authority)})"
+                )
+        elif target.startswith("/") or target == "*":
+            path = target
+        else:
+            raise InvalidURLError(target, "not an absolute URL or a path")
+        if scheme not in _DEFAULT_PORTS:
+            raise InvalidURLError(target, f"scheme '{scheme}' is not supported")
+        hosts = [value.strip() for key, value in request.headers if key.lower() == "host"]
+        if authority is None:
+            if not hosts:
+                raise UnknownDestinationError(
+                    f"{request.method} {_shown_target(target)}: no absolute URL, CONNECT "
+                    "tunnel or Host header: the destination is unknown"
+                )
+            authority = hosts[0]
+        if not path.startswith("/"):
+            path = "/" + path
+        default = f":{_DEFAULT_PORTS[scheme]}"
+        shown = authority.removesuffix(default) if authority.endswith(default) else authority
+        url = f"{scheme}://{shown}{path}"
+        self.url(url)  # a URL no key can name is said as such, before any Host is compared
+        for host in hosts:
+            if not _same_server(scheme, host, authority):
+                raise HostMismatchError(
+                    f"{request.method} {self.redact(f'{scheme}://{_shown(authority)}{path}')}: "
+                    f"its Host header ({_shown(host)}) names another server than the one it "
+                    "was sent to"
+                )
+        return url, path
+
+
+def _same_server(scheme: str, a: str, b: str) -> bool:
+    """Whether authorities ``a`` and ``b`` name one server for ``scheme`` (the default port
+    spelled or not, case, IDNA and IP spelling aside)."""
+    if a == b:
+        return True
+    try:
+        return normalize_url(f"{scheme}://{a}/", secret_params=()) == normalize_url(
+            f"{scheme}://{b}/", secret_params=()
+        )
+    except InvalidURLError:
+        return False
+
+
+def _shown_target(target: str) -> str:
+    """A request target fit for a message: at most 100 characters, never its query."""
+    path, question, _ = target.partition("?")
+    return redact_url(path[:100]) + ("?…" if question or len(path) > 100 else "")
+
+
+def _shown(authority: str) -> str:
+    """An authority fit for a message (at most 100 characters, control characters escaped)."""
+    return redact_url(f"//{authority[:100]}")[2:]

@@ -1,0 +1,148 @@
+"""Replay's decisions for one run, made once for both engines: :class:`Replayer`.
+
+An engine hands over what it saw of a request (a :class:`~fetchproxy.keys.rules.RawRequest`)
+and gets back either a :class:`Hit` — the lock entry and the exact answer to send — or a
+:class:`~fetchproxy.replay.decisions.Refusal`, already counted and logged. The order is fixed
+here: a request no key can name (400), then a websocket upgrade (403, not HTTP a lock can hold),
+then a key the lock does not hold (403); a hit whose blob the store cannot serve is refused with
+502 when its blob is verified. What was served is counted here too, with one formula for the
+body bytes (:meth:`~fetchproxy.replay.decisions.Answer.body_bytes`).
+
+The engines only move bytes: the direct server (:mod:`fetchproxy.replay.server`) and the
+mitmproxy replay addon (``addons/replay.py``) keep no books and decide nothing of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from fetchproxy.keys.request import RequestKey
+from fetchproxy.keys.rules import HostMismatchError, KeyRules, RawRequest
+from fetchproxy.lock.model import Fetch
+from fetchproxy.replay.blobs import VerifiedBlobs
+from fetchproxy.replay.book import ReplayBook
+from fetchproxy.replay.decisions import (
+    CORRUPT_BLOB,
+    HOST_MISMATCH,
+    INVALID_REQUEST,
+    NOT_HTTP,
+    NOT_IN_LOCK,
+    Answer,
+    Refusal,
+    answer_for,
+    invalid_request,
+    refusal,
+    store_refusal,
+)
+from fetchproxy.store import StoreError
+
+logger = logging.getLogger("fetchproxy.replay")
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """A request's key and the lock entry it names (None: not in the lock); or, when no key
+    can name it, the ``problem`` and the refusal's ``reason``. The same facts always give the
+    same lookup, so an engine may keep it for a request seen again."""
+
+    key: RequestKey | None
+    fetch: Fetch | None
+    problem: str = ""
+    reason: str = INVALID_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A request the lock holds, and the answer it gets."""
+
+    key: RequestKey
+    fetch: Fetch
+    answer: Answer
+
+    @property
+    def body_bytes(self) -> int:
+        """The body bytes this answer sends."""
+        return self.answer.body_bytes(self.fetch.size)
+
+
+class Replayer:
+    """The decisions of one replay run over its :class:`ReplayBook`, blobs and key rules."""
+
+    def __init__(self, book: ReplayBook, blobs: VerifiedBlobs, rules: KeyRules) -> None:
+        self.book = book
+        self.blobs = blobs
+        self.rules = rules
+
+    @property
+    def lock_name(self) -> str:
+        return str(self.book.lock_path)
+
+    def lookup(self, request: RawRequest) -> Lookup:
+        """The key of ``request`` and its lock entry; nothing is counted yet."""
+        try:
+            key = self.rules.key(request)
+        except HostMismatchError as exc:
+            return Lookup(None, None, str(exc), HOST_MISMATCH)
+        except ValueError as exc:  # InvalidURLError, InvalidMethodError
+            return Lookup(None, None, str(exc), INVALID_REQUEST)
+        return Lookup(key, self.book.lock.lookup(key))
+
+    def decide(
+        self, lookup: Lookup, *, method: str, websocket: bool = False, range_header: str | None
+    ) -> Hit | Refusal:
+        """The hit to answer, or the refusal to send (counted and logged)."""
+        key, fetch = lookup.key, lookup.fetch
+        if key is None:
+            self.book.refuse_other(lookup.reason, error=lookup.problem)
+            return invalid_request(lookup.problem, lookup.reason)
+        if websocket:
+            return self._refuse(key, NOT_HTTP)
+        if fetch is None:
+            return self._refuse(key, NOT_IN_LOCK)
+        return Hit(key, fetch, answer_for(fetch, method=method, range_header=range_header))
+
+    async def verify(self, hit: Hit) -> Refusal | None:
+        """Rehash the hit's blob unless this run did; the 502 refusal when it cannot be served."""
+        try:
+            await self.blobs.verify(hit.fetch.digest, hit.fetch.size)
+        except StoreError as exc:  # corrupt, unreadable, or not the size the lock says
+            return self.store_failed(hit, exc)
+        return None
+
+    def store_failed(self, hit: Hit, exc: StoreError) -> Refusal:
+        """Refuse a hit whose blob the store could not serve (nothing of it was sent)."""
+        logger.error("%s", exc)
+        reason, status = store_refusal(exc)
+        return self._refuse(hit.key, reason, status, error=str(exc))
+
+    def served(self, hit: Hit) -> None:
+        """Count ``hit`` as served; called before its answer is sent, so the books are right by
+        the time a client has it."""
+        self.book.served(hit.key, hit.body_bytes)
+
+    def withdrawn(self, hit: Hit, error: str) -> Refusal:
+        """A hit counted as served whose blob could not be served after all (nothing of it was
+        sent): counted as refused instead, and the 502 to send."""
+        logger.error("%s", error)
+        self.book.revoke(hit.key, hit.body_bytes, reason=CORRUPT_BLOB, error=error)
+        return refusal(hit.key, lock_name=self.lock_name, reason=CORRUPT_BLOB, status=502)
+
+    def cut_off(self, hit: Hit, exc: StoreError) -> None:
+        """A hit counted as served whose body was cut off (its blob rotted while it streamed)."""
+        logger.error("%s", exc)
+        self.book.revoke(hit.key, hit.body_bytes, reason=CORRUPT_BLOB, error=str(exc))
+
+    def refuse_raw(self, address: object) -> None:
+        """Refuse traffic that is not HTTP (raw TCP or UDP in a tunnel to ``address``)."""
+        self.book.refuse_raw(address)
+
+    def refuse_not_http(self, address: object, problem: str) -> None:
+        """Refuse bytes in a tunnel to ``address`` that did not parse as HTTP."""
+        self.book.refuse_other(NOT_HTTP, address=f"{address}", error=problem)
+
+    def _refuse(
+        self, key: RequestKey, reason: str, status: int = 403, *, error: str | None = None
+    ) -> Refusal:
+        self.book.refuse(key, reason=reason, error=error)
+        return refusal(key, lock_name=self.lock_name, reason=reason, status=status)

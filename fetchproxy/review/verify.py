@@ -7,28 +7,21 @@ them all before a build does. Repair moves each bad blob to ``<store>/corrupt/bl
 any more, and the next record fetches the body again. The file is kept for inspection; delete
 ``corrupt/`` when done.
 
-Moving is safe while records run: the blob is first renamed (atomically, whatever file holds
-the name at that moment) to a private name in ``corrupt/`` and hashed again there; if it turns
+Moving is the store's ``quarantine``, safe while records run: the blob is first taken away from
+its name (atomically, whatever file holds the name at that moment) and hashed again; if it turns
 out intact — a writer published a good copy after a gc removed the bad one — it is put back.
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
-import blake3
-
-from fetchproxy.digest import PREFIX, Digest, hex_of
+from fetchproxy.digest import Digest
 from fetchproxy.store import CorruptBlobError, DiskStore, MissingBlobError, StoreError
-from fetchproxy.store.disk import DIR_MODE, store_error
+from fetchproxy.store.disk import store_error
+from fetchproxy.store.layout import CORRUPT_DIR
 from fetchproxy.text import counted, human_bytes
-
-CORRUPT_DIR: Final = "corrupt"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -69,7 +62,7 @@ def verify_store(store: DiskStore, *, repair: bool = False) -> StoreVerifyReport
         size += found[0]
         problem = found[1]
         if problem is not None and repair:
-            aside = f"move {problem.path} aside into {store.root / CORRUPT_DIR}"
+            aside = f"move {problem.path} aside into {store.quarantine_dir}"
             try:
                 problem = _move_aside(store, problem)
             except OSError as exc:
@@ -102,43 +95,12 @@ def _check(store: DiskStore, digest: Digest) -> tuple[int, BadBlob | None] | Non
 
 def _move_aside(store: DiskStore, bad: BadBlob) -> BadBlob | None:
     """Move ``bad`` into ``corrupt/``; None if the file now at its name is intact after all."""
-    directory = store.root / CORRUPT_DIR
-    directory.mkdir(mode=DIR_MODE, exist_ok=True)
-    hex_digest = hex_of(bad.digest)
-    private = directory / f".moving-{os.getpid()}-{hex_digest}"
-    try:
-        bad.path.rename(private)
-    except FileNotFoundError:  # removed meanwhile: nothing left to move
+    moved = store.quarantine(bad.digest)
+    if moved is None:
         return None
-    if _hashes_to(private, bad.digest):
-        with contextlib.suppress(FileExistsError):  # a writer published it again meanwhile
-            os.link(private, bad.path)
-        private.unlink()
-        return None
-    for attempt in itertools.count(1):
-        suffix = "" if attempt == 1 else f"-{attempt}"
-        target = directory / f"blake3-{hex_digest}{suffix}"
-        try:
-            os.link(private, target)
-        except FileExistsError:
-            continue
-        private.unlink()
-        return BadBlob(
-            digest=bad.digest, path=bad.path, actual=bad.actual, reason=bad.reason, moved_to=target
-        )
-    raise AssertionError("unreachable")
-
-
-def _hashes_to(path: Path, digest: Digest) -> bool:
-    """Whether the file at ``path`` can be read and hashes to ``digest``."""
-    hasher = blake3.blake3()
-    try:
-        with path.open("rb") as file:
-            while chunk := file.read(1 << 20):
-                hasher.update(chunk)
-    except OSError:
-        return False
-    return PREFIX + hasher.hexdigest() == digest
+    return BadBlob(
+        digest=bad.digest, path=bad.path, actual=bad.actual, reason=bad.reason, moved_to=moved.path
+    )
 
 
 # ------------------------------------------------------------------------------------------ text

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol, Self
@@ -288,11 +289,27 @@ class BlobReader:
             ) from exc
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Quarantined:
+    """A corrupt blob the store moved out of its blobs' namespace, kept for inspection."""
+
+    digest: Digest
+    """The name it had."""
+    name: str
+    """Its name among the quarantined: ``blake3-<hex>``, or ``blake3-<hex>-N`` if taken."""
+    path: Path | None
+    """The file now holding it (``<store>/corrupt/<name>``); ``None`` in a store without files."""
+
+
 class Store(ABC):
     """A content-addressed store of response bodies, named by BLAKE3 digest.
 
     Every method taking a digest first validates it (``ValueError`` for a
     malformed one). A blob is only ever visible under the digest of its bytes.
+
+    The store alone touches its files: garbage collection and repair go through
+    ``prune``, ``restore_pruned`` and ``quarantine``, which keep blobs that
+    writers use or publish meanwhile.
     """
 
     @abstractmethod
@@ -318,6 +335,33 @@ class Store(ABC):
     @abstractmethod
     def remove(self, digest: Digest) -> None:
         """Delete ``digest`` (for garbage collection); ``MissingBlobError`` if absent."""
+
+    @abstractmethod
+    def prune(self, digest: Digest, *, older_than: float, dry_run: bool = False) -> int | None:
+        """Remove ``digest`` unless it was written or used after ``older_than``.
+
+        ``older_than`` is a ``time.time()`` value. A blob counts as used when a writer
+        stored it or found it already stored (which refreshes its mtime), and on disk also
+        when its ctime is later (publishing and restoring set it). A writer that touches
+        the blob while it is being removed keeps it. Returns the bytes freed, or ``None``
+        when the blob is kept or was not there. ``dry_run`` only says what would go.
+        """
+
+    @abstractmethod
+    def restore_pruned(self) -> int:
+        """Give back their names to blobs an interrupted ``prune`` left aside; how many.
+
+        Safe while other prunes run: it only ever puts a blob back.
+        """
+
+    @abstractmethod
+    def quarantine(self, digest: Digest) -> Quarantined | None:
+        """Move ``digest`` out of the way if it is corrupt, keeping its bytes for inspection.
+
+        The blob is first taken away from its name atomically, then checked once more:
+        if it is intact after all (a writer published a good copy after the bad one was
+        found), it is put back and ``None`` returned; ``None`` too when it is not there.
+        """
 
     @abstractmethod
     def blob_path(self, digest: Digest) -> Path | None:

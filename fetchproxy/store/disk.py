@@ -10,12 +10,22 @@ existing blob is never rewritten, only its mtime refreshed for garbage
 collection — remove the temp name and ``fsync`` the directory. Readers and
 listings never look in ``tmp/``, so a crash leaves at worst a temp file for
 garbage collection.
+
+Removal protocol (``prune``): a blob is never unlinked in place. It is renamed
+into ``tmp/`` under a name that says which blob it is, and its mtime read again:
+if a writer refreshed it meanwhile (it found the blob and touched it instead of
+publishing its own copy), it is linked back; a writer that looks after the rename
+finds the name free and publishes its own copy. ``restore_pruned`` puts back what
+an interrupted prune left aside. Repair (``quarantine``) renames a blob to a
+private name in ``corrupt/``, checks it there once more, and puts it back if it
+is intact after all, else links it to ``corrupt/blake3-<hex>[-N]``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import stat
 import tempfile
@@ -29,19 +39,26 @@ from fetchproxy.files import fsync_dir, probe_writable
 from fetchproxy.store.base import (
     BlobReader,
     BlobWriter,
+    CorruptBlobError,
     MissingBlobError,
+    Quarantined,
     Store,
     StoreError,
 )
 from fetchproxy.store.direct import ALIGN, DIRECT_BATCH, DirectWrites, set_direct
 from fetchproxy.store.layout import (
+    CORRUPT_DIR,
     TEMP_DIR,
     TEMP_SUFFIX,
     blob_relpath,
     default_store_path,
     digest_of_entry,
+    digest_of_pruned,
     is_shard_name,
     is_temp_name,
+    moving_name,
+    pruned_name,
+    quarantine_name,
     temp_prefix,
 )
 
@@ -136,6 +153,11 @@ class DiskStore(Store):
         """Where writers keep bytes until they commit."""
         return self.root / TEMP_DIR
 
+    @property
+    def quarantine_dir(self) -> Path:
+        """Where ``quarantine`` keeps corrupt blobs for inspection."""
+        return self.root / CORRUPT_DIR
+
     def writer(self) -> DiskBlobWriter:
         return DiskBlobWriter(self)
 
@@ -192,15 +214,91 @@ class DiskStore(Store):
         except FileNotFoundError:
             raise MissingBlobError(digest, path) from None
 
+    def prune(self, digest: Digest, *, older_than: float, dry_run: bool = False) -> int | None:
+        path = self.blob_path(digest)
+        try:
+            info = path.stat()
+        except FileNotFoundError:  # removed meanwhile (another gc): nothing to free
+            return None
+        if max(info.st_mtime, info.st_ctime) > older_than:
+            return None
+        if dry_run:
+            return info.st_size
+        self.temp_dir.mkdir(mode=DIR_MODE, exist_ok=True)
+        aside = self.temp_dir / pruned_name(digest, os.getpid())
+        try:
+            path.rename(aside)
+            moved = aside.stat()
+            # The rename set the ctime; only a writer's touch sets the mtime.
+            if moved.st_mtime > older_than:
+                _put_back(aside, path)
+                return None
+            aside.unlink()
+        except FileNotFoundError:  # another gc removed it first, or put it back meanwhile
+            return None
+        return moved.st_size
+
+    def restore_pruned(self) -> int:
+        restored = 0
+        for name in _sorted_names(self.temp_dir):
+            digest = digest_of_pruned(name)
+            if digest is None:
+                continue
+            path = self.blob_path(digest)
+            path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+            restored += _put_back(self.temp_dir / name, path)
+        return restored
+
+    def quarantine(self, digest: Digest) -> Quarantined | None:
+        path = self.blob_path(digest)
+        directory = self.quarantine_dir
+        directory.mkdir(mode=DIR_MODE, exist_ok=True)
+        private = directory / moving_name(digest, os.getpid())
+        try:
+            path.rename(private)
+        except FileNotFoundError:  # removed meanwhile: nothing left to move
+            return None
+        if self._intact(private, digest):
+            with contextlib.suppress(FileExistsError):  # a writer published it again meanwhile
+                os.link(private, path)
+            private.unlink()
+            return None
+        for attempt in itertools.count(1):
+            name = quarantine_name(digest, attempt)
+            target = directory / name
+            try:
+                os.link(private, target)
+            except FileExistsError:
+                continue
+            private.unlink()
+            return Quarantined(digest=digest, name=name, path=target)
+        raise AssertionError("unreachable")
+
+    def _intact(self, path: Path, digest: Digest) -> bool:
+        """Whether the file at ``path`` can be read and hashes to ``digest``."""
+        try:
+            source = path.open("rb", buffering=0)
+        except OSError:
+            return False
+        reader = BlobReader(source, digest=digest, size=0, path=path, chunk_size=1 << 20)
+        try:
+            with reader:
+                for _chunk in reader:
+                    pass
+        except (CorruptBlobError, StoreError):
+            return False
+        return True
+
     def temp_files(self) -> list[TempFile]:
         """Temp files of writers in progress or crashed, oldest first.
 
         A live writer touches its file on every write, so anything older than a
-        grace period is a leftover garbage collection may delete.
+        grace period is a leftover garbage collection may delete (``remove_temp``).
+        Blobs a prune left aside are not listed: they are ``restore_pruned``'s.
         """
         found = []
         for name in _sorted_names(self.temp_dir):
-            if not is_temp_name(name):
+            if not is_temp_name(name) or digest_of_pruned(name) is not None:
                 continue
             path = self.temp_dir / name
             try:
@@ -209,6 +307,36 @@ class DiskStore(Store):
                 continue
             found.append(TempFile(path=path, mtime=info.st_mtime, size=info.st_size))
         return sorted(found, key=lambda temp: (temp.mtime, temp.path))
+
+    def remove_temp(self, temp: TempFile, *, older_than: float) -> bool:
+        """Delete ``temp`` (from ``temp_files``) unless it was written after ``older_than``.
+
+        Whether it was deleted: not when a writer wrote to it meanwhile, or it is gone.
+        """
+        if temp.path.parent != self.temp_dir or not is_temp_name(temp.path.name):
+            raise ValueError(f"{temp.path} is not a temp file of {self}")
+        try:
+            if temp.path.stat().st_mtime > older_than:
+                return False
+            temp.path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+
+def _put_back(aside: Path, path: Path) -> bool:
+    """Give a blob taken aside its name again (unless a writer already published it anew).
+
+    Whether this call put it back (``False`` if another process did first).
+    """
+    try:
+        os.link(aside, path)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:  # another gc put it back first
+        return False
+    aside.unlink(missing_ok=True)
+    return True
 
 
 def _sorted_names(directory: Path) -> list[str]:

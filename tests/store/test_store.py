@@ -264,6 +264,57 @@ class TestStoreConformance:
         assert not store.contains(digest)
         assert list(store.digests()) == [digest_bytes(OTHER)]
 
+    def test_prune_removes_only_blobs_unused_since_the_cutoff(self, store: Store) -> None:
+        digest = store.put(BODY)
+        store.put(OTHER)
+        assert store.prune(digest, older_than=time.time() - 3600) is None  # written just now
+        assert store.prune(digest, older_than=time.time() + 60, dry_run=True) == len(BODY)
+        assert store.contains(digest)
+        assert store.prune(digest, older_than=time.time() + 60) == len(BODY)
+        assert not store.contains(digest)
+        assert list(store.digests()) == [digest_bytes(OTHER)]
+        assert store.prune(digest, older_than=time.time() + 60) is None  # gone: nothing freed
+        assert store.restore_pruned() == 0
+        if isinstance(store, DiskStore):
+            assert list(store.temp_dir.iterdir()) == []
+
+    def test_a_blob_stored_again_counts_as_used(self, store: Store) -> None:
+        digest = store.put(BODY)
+        time.sleep(0.05)
+        decided = time.time()
+        time.sleep(0.05)
+        assert store.put(BODY) == digest  # a record fetched the same bytes again
+        assert store.prune(digest, older_than=decided) is None
+        assert store.open(digest).read_all() == BODY
+
+    def test_quarantine_moves_a_corrupt_blob_out_of_the_way_and_keeps_its_bytes(
+        self, store: Store
+    ) -> None:
+        digest = store.put(BODY)
+        store.put(OTHER)
+        assert store.quarantine(digest) is None  # intact: stays
+        assert store.open(digest).read_all() == BODY
+        assert store.quarantine(digest_bytes(b"never stored")) is None
+        damaged = bytes([BODY[0] ^ 1]) + BODY[1:]
+        names = []
+        for _round in range(2):  # damaged, repaired, recorded again, damaged again
+            corrupt(store, digest)
+            moved = store.quarantine(digest)
+            assert moved is not None
+            assert moved.digest == digest
+            names.append(moved.name)
+            assert not store.contains(digest)
+            assert list(store.digests()) == [digest_bytes(OTHER)]
+            if isinstance(store, DiskStore):
+                assert moved.path == store.quarantine_dir / moved.name
+                assert moved.path.read_bytes() == damaged
+            else:
+                assert isinstance(store, MemoryStore)
+                assert moved.path is None
+                assert store.quarantined[moved.name] == damaged
+            assert store.put(BODY) == digest
+        assert names == [f"blake3-{hex_of(digest)}", f"blake3-{hex_of(digest)}-2"]
+
     @pytest.mark.parametrize("bad", NOT_A_DIGEST)
     def test_malformed_digests_are_refused_before_any_lookup(self, store: Store, bad: str) -> None:
         name = Digest(bad)
@@ -274,6 +325,8 @@ class TestStoreConformance:
             store.remove,
             store.verify,
             store.blob_path,
+            store.quarantine,
+            lambda digest: store.prune(digest, older_than=0),
         ]
         for action in actions:
             with pytest.raises(ValueError, match="is not a digest"):

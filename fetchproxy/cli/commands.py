@@ -98,7 +98,7 @@ def lock_verify(args: argparse.Namespace) -> int:
             print(f"fetchproxy: missing: {digest} (no file {exc.path})", file=sys.stderr)
         except CorruptBlobError as exc:
             problems += 1
-            print(f"fetchproxy: corrupt: {exc.path}: hashes to {exc.actual}", file=sys.stderr)
+            print(f"fetchproxy: corrupt: {exc.path}: {exc.problem}", file=sys.stderr)
         else:
             intact.add(digest)
     wrong_size = 0

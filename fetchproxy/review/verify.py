@@ -1,11 +1,12 @@
 """``fetchproxy store verify``: rehash every blob in the store; ``--repair`` moves bad ones aside.
 
-A blob is bad when its bytes no longer hash to its name (a failing disk, a hand edit) or when it
-cannot be read at all (an I/O error). Replay already refuses to serve such a blob; this finds
-them all before a build does. Repair moves each bad blob to ``<store>/corrupt/blake3-<hex>``
-(``-2``, ``-3``… when that name is taken): outside ``blake3/``, so nothing reads it as a blob
-any more, and the next record fetches the body again. The file is kept for inspection; delete
-``corrupt/`` when done.
+A blob is bad when its bytes no longer hash to its name (a failing disk, a hand edit), when its
+name holds no regular file (a FIFO, a device, a directory, a symbolic link: the store never reads
+those), or when it cannot be read at all (an I/O error). Replay already refuses to serve such a
+blob; this finds them all before a build does. Repair moves each bad blob to
+``<store>/corrupt/blake3-<hex>`` (``-2``, ``-3``… when that name is taken): outside ``blake3/``,
+so nothing reads it as a blob any more, and the next record fetches the body again. What was
+there is kept for inspection (a link as the link itself); delete ``corrupt/`` when done.
 
 Moving is the store's ``quarantine``, safe while records run: the blob is first taken away from
 its name (atomically, whatever file holds the name at that moment) and hashed again; if it turns
@@ -18,7 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fetchproxy.digest import Digest
-from fetchproxy.store import CorruptBlobError, DiskStore, MissingBlobError, StoreError
+from fetchproxy.store import (
+    CorruptBlobError,
+    DiskStore,
+    MissingBlobError,
+    NotRegularBlobError,
+    StoreError,
+)
 from fetchproxy.store.disk import store_error
 from fetchproxy.store.layout import CORRUPT_DIR
 from fetchproxy.text import counted, human_bytes
@@ -33,7 +40,7 @@ class BadBlob:
     actual: Digest | None
     """What its bytes hash to; None when they could not be read."""
     reason: str
-    """``its bytes hash to blake3:…`` or ``unreadable: <error>``."""
+    """``its bytes hash to blake3:…``, ``not a regular file (a FIFO)``, ``unreadable: <error>``."""
     moved_to: Path | None = None
 
 
@@ -83,6 +90,8 @@ def _check(store: DiskStore, digest: Digest) -> tuple[int, BadBlob | None] | Non
         store.verify(digest)
     except MissingBlobError:
         return None
+    except NotRegularBlobError as exc:
+        return 0, BadBlob(digest=digest, path=path, actual=None, reason=exc.problem)
     except CorruptBlobError as exc:
         reason = f"its bytes hash to {exc.actual}"
         return size, BadBlob(digest=digest, path=path, actual=exc.actual, reason=reason)

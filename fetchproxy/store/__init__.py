@@ -18,6 +18,8 @@ from fetchproxy.store.base import (
     BlobWriter,
     CorruptBlobError,
     MissingBlobError,
+    NotRegularBlobError,
+    Quarantined,
     Store,
     StoreError,
 )
@@ -34,6 +36,8 @@ __all__ = [
     "MemoryBlobWriter",
     "MemoryStore",
     "MissingBlobError",
+    "NotRegularBlobError",
+    "Quarantined",
     "Store",
     "StoreError",
     "TempFile",

@@ -41,24 +41,34 @@ class MissingBlobError(StoreError, FileNotFoundError):
         self.path = path
 
 
+_NOT_SERVED = (
+    "it will not be served. `fetchproxy store verify --repair` moves it aside, then "
+    f"record again — {_VERIFY_HINT}"
+)
+
+
 class CorruptBlobError(StoreError):
     """Bytes do not hash to the digest they are stored or committed under."""
 
     def __init__(
-        self, message: str, *, expected: Digest, actual: Digest, path: Path | None
+        self, message: str, *, expected: Digest, actual: Digest | None, path: Path | None
     ) -> None:
         super().__init__(message)
         self.expected = expected
         self.actual = actual
+        """What the bytes hash to; ``None`` when there are no bytes to hash (not a file)."""
         self.path = path
+
+    @property
+    def problem(self) -> str:
+        """What is wrong, in a few words: ``hashes to blake3:…``."""
+        return f"hashes to {self.actual}"
 
     @classmethod
     def stored(cls, *, expected: Digest, actual: Digest, path: Path | None) -> Self:
         """A blob in the store whose bytes changed after it was written."""
         return cls(
-            f"corrupt blob in {_place(path)}: expected {expected}, got {actual}; "
-            "it will not be served. `fetchproxy store verify --repair` moves it aside, then "
-            f"record again — {_VERIFY_HINT}",
+            f"corrupt blob in {_place(path)}: expected {expected}, got {actual}; {_NOT_SERVED}",
             expected=expected,
             actual=actual,
             path=path,
@@ -74,6 +84,28 @@ class CorruptBlobError(StoreError):
             actual=actual,
             path=path,
         )
+
+
+class NotRegularBlobError(CorruptBlobError):
+    """A blob's name holds no regular file (a FIFO, a device, a directory, a symbolic link).
+
+    The store never reads such a thing: a FIFO would block, a device or a link to one might
+    never end, and a link's target is no file of the store. It is a corrupt blob.
+    """
+
+    def __init__(self, *, expected: Digest, kind: str, path: Path) -> None:
+        super().__init__(
+            f"corrupt blob in {path}: not a regular file ({kind}); {_NOT_SERVED}",
+            expected=expected,
+            actual=None,
+            path=path,
+        )
+        self.kind = kind
+        """``a FIFO``, ``a symbolic link``, ``a directory``, ``a character device``…"""
+
+    @property
+    def problem(self) -> str:
+        return f"not a regular file ({self.kind})"
 
 
 def _place(path: Path | None) -> str:

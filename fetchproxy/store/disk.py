@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import itertools
 import os
 import stat
@@ -39,8 +40,8 @@ from fetchproxy.files import fsync_dir, probe_writable
 from fetchproxy.store.base import (
     BlobReader,
     BlobWriter,
-    CorruptBlobError,
     MissingBlobError,
+    NotRegularBlobError,
     Quarantined,
     Store,
     StoreError,
@@ -171,40 +172,40 @@ class DiskStore(Store):
 
     def open(self, digest: Digest, *, chunk_size: int = 1 << 20) -> BlobReader:
         path = self.blob_path(digest)
-        try:
-            source = path.open("rb", buffering=0)
-        except FileNotFoundError:
-            raise MissingBlobError(digest, path) from None
-        except OSError as exc:
-            raise store_error(f"open blob {digest}", exc, _FIX_READ) from exc
-        try:
-            size = os.fstat(source.fileno()).st_size
-        except BaseException:
-            source.close()
-            raise
-        return BlobReader(source, digest=digest, size=size, path=path, chunk_size=chunk_size)
+        source, info = _open_regular(path, digest)
+        return BlobReader(
+            source, digest=digest, size=info.st_size, path=path, chunk_size=chunk_size
+        )
 
     def contains(self, digest: Digest) -> bool:
+        """Whether anything holds the blob's name: a blob, or a corrupt one (see ``open``)."""
         try:
-            return stat.S_ISREG(self.blob_path(digest).stat().st_mode)
-        except FileNotFoundError:
+            self.blob_path(digest).lstat()
+        except (FileNotFoundError, NotADirectoryError):
             return False
+        return True
 
     def size_of(self, digest: Digest) -> int:
         path = self.blob_path(digest)
         try:
-            return path.stat().st_size
+            info = path.lstat()
         except FileNotFoundError:
             raise MissingBlobError(digest, path) from None
+        except OSError as exc:
+            raise store_error(f"look up blob {digest}", exc, _FIX_READ) from exc
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularBlobError(expected=digest, kind=kind_of(info.st_mode), path=path)
+        return info.st_size
 
     def digests(self) -> Iterator[Digest]:
+        """Every name that holds a blob, a corrupt one (not a regular file) included."""
         top = self.root / ALGORITHM
         for shard in _sorted_names(top):
             if not is_shard_name(shard):
                 continue
             for name in _sorted_names(top / shard):
                 digest = digest_of_entry(shard, name)
-                if digest is not None and (top / shard / name).is_file():
+                if digest is not None:
                     yield digest
 
     def remove(self, digest: Digest) -> None:
@@ -215,12 +216,14 @@ class DiskStore(Store):
             raise MissingBlobError(digest, path) from None
 
     def prune(self, digest: Digest, *, older_than: float, dry_run: bool = False) -> int | None:
+        """See ``Store.prune``. What holds the name is judged and removed itself, never what a
+        link points to; a directory under a blob's name is left to ``quarantine``."""
         path = self.blob_path(digest)
         try:
-            info = path.stat()
+            info = path.lstat()
         except FileNotFoundError:  # removed meanwhile (another gc): nothing to free
             return None
-        if max(info.st_mtime, info.st_ctime) > older_than:
+        if stat.S_ISDIR(info.st_mode) or max(info.st_mtime, info.st_ctime) > older_than:
             return None
         if dry_run:
             return info.st_size
@@ -228,7 +231,7 @@ class DiskStore(Store):
         aside = self.temp_dir / pruned_name(digest, os.getpid())
         try:
             path.rename(aside)
-            moved = aside.stat()
+            moved = aside.lstat()
             # The rename set the ctime; only a writer's touch sets the mtime.
             if moved.st_mtime > older_than:
                 _put_back(aside, path)
@@ -258,36 +261,17 @@ class DiskStore(Store):
             path.rename(private)
         except FileNotFoundError:  # removed meanwhile: nothing left to move
             return None
-        if self._intact(private, digest):
+        if _intact(private, digest):
             with contextlib.suppress(FileExistsError):  # a writer published it again meanwhile
-                os.link(private, path)
+                os.link(private, path, follow_symlinks=False)
             private.unlink()
             return None
         for attempt in itertools.count(1):
             name = quarantine_name(digest, attempt)
             target = directory / name
-            try:
-                os.link(private, target)
-            except FileExistsError:
-                continue
-            private.unlink()
-            return Quarantined(digest=digest, name=name, path=target)
+            if _move_no_clobber(private, target):
+                return Quarantined(digest=digest, name=name, path=target)
         raise AssertionError("unreachable")
-
-    def _intact(self, path: Path, digest: Digest) -> bool:
-        """Whether the file at ``path`` can be read and hashes to ``digest``."""
-        try:
-            source = path.open("rb", buffering=0)
-        except OSError:
-            return False
-        reader = BlobReader(source, digest=digest, size=0, path=path, chunk_size=1 << 20)
-        try:
-            with reader:
-                for _chunk in reader:
-                    pass
-        except (CorruptBlobError, StoreError):
-            return False
-        return True
 
     def temp_files(self) -> list[TempFile]:
         """Temp files of writers in progress or crashed, oldest first.
@@ -324,13 +308,110 @@ class DiskStore(Store):
         return True
 
 
+def kind_of(mode: int) -> str:
+    """What a file of ``mode`` is, for messages: ``a FIFO``, ``a directory``…"""
+    kinds = (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((kind for test, kind in kinds if test(mode)), f"mode {mode:o}")
+
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+"""How a blob is opened: never through a link, never waiting (for a FIFO's writer), and never
+making a terminal ours; ``O_NONBLOCK`` is cleared once the file is known to be regular."""
+
+
+def _open_regular(path: Path, digest: Digest) -> tuple[io.FileIO, os.stat_result]:
+    """The blob file at ``path``, opened for reading, and its ``fstat``.
+
+    ``MissingBlobError`` if there is none, ``NotRegularBlobError`` if the name holds anything
+    but a regular file (checked on the opened file, so it cannot change in between).
+    """
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except FileNotFoundError:
+        raise MissingBlobError(digest, path) from None
+    except OSError as exc:
+        mode = _lstat_mode(path) if exc.errno in (errno.ELOOP, errno.ENXIO) else None
+        if mode is not None and not stat.S_ISREG(mode):  # a link (O_NOFOLLOW), a socket
+            raise NotRegularBlobError(expected=digest, kind=kind_of(mode), path=path) from None
+        raise store_error(f"open blob {digest}", exc, _FIX_READ) from exc
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode):
+            os.set_blocking(fd, True)
+            return io.FileIO(fd, "rb", closefd=True), info
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    raise NotRegularBlobError(expected=digest, kind=kind_of(info.st_mode), path=path)
+
+
+def _lstat_mode(path: Path) -> int | None:
+    try:
+        return path.lstat().st_mode
+    except OSError:
+        return None
+
+
+def _intact(path: Path, digest: Digest) -> bool:
+    """Whether ``path`` is a regular file that can be read and hashes to ``digest``."""
+    try:
+        source, info = _open_regular(path, digest)
+    except StoreError:
+        return False
+    reader = BlobReader(source, digest=digest, size=info.st_size, path=path, chunk_size=1 << 20)
+    try:
+        with reader:
+            for _chunk in reader:
+                pass
+    except StoreError:  # CorruptBlobError, or an I/O error
+        return False
+    return True
+
+
+def _move_no_clobber(source: Path, target: Path) -> bool:
+    """Give ``source`` (any kind of file, never followed) the name ``target`` unless taken.
+
+    Whether it did. A hard link fails on a taken name; a directory, which cannot be linked, is
+    renamed onto an empty directory made for it first (``mkdir`` fails on a taken name, and
+    a rename onto a directory someone filled meanwhile fails too).
+    """
+    if stat.S_ISDIR(source.lstat().st_mode):
+        try:
+            target.mkdir(mode=DIR_MODE)
+        except FileExistsError:
+            return False
+        try:
+            source.rename(target)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return False
+            raise
+        return True
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except FileExistsError:
+        return False
+    source.unlink()
+    return True
+
+
 def _put_back(aside: Path, path: Path) -> bool:
     """Give a blob taken aside its name again (unless a writer already published it anew).
 
-    Whether this call put it back (``False`` if another process did first).
+    Whether this call put it back (``False`` if another process did first). A link is put
+    back as the link itself, never as a hard link to what it points to.
     """
     try:
-        os.link(aside, path)
+        os.link(aside, path, follow_symlinks=False)
     except FileExistsError:
         pass
     except FileNotFoundError:  # another gc put it back first

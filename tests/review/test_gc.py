@@ -316,6 +316,66 @@ def test_report_text() -> None:
     )
 
 
+# ------------------------------------------------------------------------------ links and odd files
+
+
+def lage(path: Path, seconds: float) -> None:
+    """``age`` for a symbolic link itself, not what it points to."""
+    then = time.time() - seconds
+    os.utime(path, (then, then), follow_symlinks=False)
+
+
+def test_a_blob_that_is_a_link_is_judged_and_removed_itself_never_its_target(
+    store: DiskStore, tmp_path: Path
+) -> None:
+    target = tmp_path / "outside"
+    target.write_bytes(UNUSED)  # written just now
+    digest = digest_bytes(UNUSED)
+    link = store.blob_path(digest)
+    link.parent.mkdir(parents=True)
+    link.symlink_to(target)
+    report = collect_garbage(store, set(), now=later())
+    # what it freed is the link's own size, not its target's
+    assert [(b.digest, b.size) for b in report.removed_blobs] == [(digest, len(str(target)))]
+    assert not os.path.lexists(link)
+    assert target.read_bytes() == UNUSED
+
+
+def test_a_directory_under_a_blob_s_name_is_left_to_store_verify_repair(store: DiskStore) -> None:
+    digest = digest_bytes(UNUSED)
+    odd = store.blob_path(digest)
+    odd.mkdir(parents=True)
+    age(odd, 2 * HOUR)
+    assert list(store.digests()) == [digest]  # a corrupt blob: not a regular file
+    report = collect_garbage(store, set(), now=later())
+    assert (report.removed_blobs, report.kept_recent) == ((), 1)
+    assert odd.is_dir()
+
+
+def test_a_blob_that_is_a_link_touched_during_removal_is_put_back_as_the_link(
+    store: DiskStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "outside"
+    target.write_bytes(UNUSED)
+    digest = digest_bytes(UNUSED)
+    link = store.blob_path(digest)
+    link.parent.mkdir(parents=True)
+    link.symlink_to(target)
+    rename = os.rename
+
+    def touched_first(src: str | os.PathLike[str], dst: str | os.PathLike[str], **kw: int) -> None:
+        if os.path.lexists(link):
+            os.utime(link, (later(), later()), follow_symlinks=False)  # a writer's touch wins
+        rename(src, dst, **kw)
+
+    monkeypatch.setattr(os, "rename", touched_first)
+    report = collect_garbage(store, set(), now=later() - 60)
+    assert (report.removed_blobs, report.kept_recent) == ((), 1)
+    assert link.is_symlink()  # the link itself, not a hard link to what it points to
+    assert link.readlink() == target
+    assert target.stat().st_nlink == 1
+
+
 # ------------------------------------------------------------------------------------------- CLI
 
 

@@ -26,12 +26,14 @@ from fetchproxy.store import (
     DiskStore,
     MemoryStore,
     MissingBlobError,
+    NotRegularBlobError,
     Store,
     StoreError,
     default_store_path,
 )
 from fetchproxy.store.layout import blob_relpath, digest_of_entry, is_temp_name
 from tests.support import REPO
+from tests.support.badblobs import KINDS, make_not_regular, within_deadline
 
 BODY = bytes(range(256)) * 1000  # 256,000 bytes
 BODY_DIGEST = digest_bytes(BODY)
@@ -567,7 +569,6 @@ def test_listing_skips_junk(tmp_path: Path) -> None:
     for path in junk:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"junk")
-    (shard / ("1" * 62)).mkdir()  # a directory with a blob's name is not a blob
     (store.temp_dir / "unrelated").write_bytes(b"junk")
     assert list(store.digests()) == [digest]
     assert store.temp_files() == []
@@ -721,13 +722,15 @@ def test_file_systems_without_hard_links_fall_back_to_rename(
 def test_disk_error_other_than_missing_on_open(tmp_path: Path) -> None:
     store = DiskStore(tmp_path / "store")
     path = store.blob_path(BODY_DIGEST)
-    path.mkdir(parents=True)  # a directory where the blob should be
+    path.parent.parent.mkdir(parents=True)
+    path.parent.write_bytes(b"")  # a file where the shard directory should be
     with raises(
         StoreError,
-        f"cannot open blob {BODY_DIGEST}: Is a directory ({path}) — check the store's files and"
+        f"cannot open blob {BODY_DIGEST}: Not a directory ({path}) — check the store's files and"
         " permissions, or pick another store with --store or FETCHPROXY_STORE",
     ):
         store.open(BODY_DIGEST)
+    assert not store.contains(BODY_DIGEST)
 
 
 def test_repr(tmp_path: Path) -> None:
@@ -769,3 +772,33 @@ def test_default_store_path(environ: dict[str, str], expected: str) -> None:
 
 def test_default_store_path_without_home_uses_the_password_database() -> None:
     assert default_store_path({}) == Path.home() / ".cache" / "fetchproxy" / "store"
+
+
+# --- only regular files are blobs -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_blob_that_is_not_a_regular_file_is_a_corrupt_blob(tmp_path: Path, kind: str) -> None:
+    """A FIFO would hang a reader, a link to /dev/zero never end: both are refused at once."""
+    store = DiskStore(tmp_path / "store")
+    store.put(OTHER)
+    path = store.blob_path(BODY_DIGEST)
+    make_not_regular(path, kind, body=BODY, elsewhere=tmp_path / "elsewhere")
+    message = (
+        f"corrupt blob in {path}: not a regular file ({KINDS[kind]}); it will not be served. "
+        "`fetchproxy store verify --repair` moves it aside, then record again — "
+        f"{HINT}"
+    )
+    fifos = (path, tmp_path / "elsewhere" / "fifo")
+    assert store.contains(BODY_DIGEST)  # the name is taken, by a corrupt blob
+    assert list(store.digests()) == sorted([BODY_DIGEST, digest_bytes(OTHER)])
+    for action in (store.open, store.size_of, store.verify):
+        with pytest.raises(CorruptBlobError) as caught:
+            within_deadline(lambda action=action: action(BODY_DIGEST), fifos=fifos)  # type: ignore[misc]
+        assert str(caught.value) == message
+        assert isinstance(caught.value, NotRegularBlobError)
+        assert (caught.value.expected, caught.value.actual) == (BODY_DIGEST, None)
+        assert (caught.value.path, caught.value.kind) == (path, KINDS[kind])
+        assert caught.value.problem == f"not a regular file ({KINDS[kind]})"
+    if kind == "link-to-dev-zero":
+        assert stat.S_ISCHR(Path("/dev/zero").stat().st_mode)  # the target is left alone

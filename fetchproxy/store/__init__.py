@@ -8,6 +8,8 @@ hands out the last chunk of a corrupt blob. Modules:
 - ``layout``: where the store lives and how digests map to paths (pure);
 - ``base``: the ``Store`` interface, ``BlobWriter``, ``BlobReader``, the errors;
 - ``disk``: ``DiskStore``, the real thing (``<root>/blake3/<2 hex>/<62 hex>``);
+- ``fileops``: how ``DiskStore`` touches files: only regular files are read, nothing is
+  renamed, linked or unlinked through a symbolic link;
 - ``memory``: ``MemoryStore``, a dict with identical behaviour, for tests.
 
 See docs/store.md for the guarantees and the measured numbers.

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import io
 import itertools
 import os
 import stat
@@ -47,6 +46,15 @@ from fetchproxy.store.base import (
     StoreError,
 )
 from fetchproxy.store.direct import ALIGN, DIRECT_BATCH, DirectWrites, set_direct
+from fetchproxy.store.fileops import (
+    DIR_MODE,
+    Directory,
+    is_intact,
+    kind_of,
+    move_no_clobber,
+    open_regular,
+    put_back,
+)
 from fetchproxy.store.layout import (
     CORRUPT_DIR,
     TEMP_DIR,
@@ -64,7 +72,6 @@ from fetchproxy.store.layout import (
 )
 
 BLOB_MODE = 0o444
-DIR_MODE = 0o755
 FLUSH_EVERY = 32 << 20
 """Start a background ``fdatasync`` after this many new bytes (see docs/store.md)."""
 # link(2) errors meaning "this file system has no hard links": fall back to rename.
@@ -172,7 +179,12 @@ class DiskStore(Store):
 
     def open(self, digest: Digest, *, chunk_size: int = 1 << 20) -> BlobReader:
         path = self.blob_path(digest)
-        source, info = _open_regular(path, digest)
+        try:
+            source, info = open_regular(path, digest)
+        except StoreError:
+            raise
+        except OSError as exc:
+            raise store_error(f"open blob {digest}", exc, _FIX_READ) from exc
         return BlobReader(
             source, digest=digest, size=info.st_size, path=path, chunk_size=chunk_size
         )
@@ -198,20 +210,30 @@ class DiskStore(Store):
         return info.st_size
 
     def digests(self) -> Iterator[Digest]:
-        """Every name that holds a blob, a corrupt one (not a regular file) included."""
-        top = self.root / ALGORITHM
-        for shard in _sorted_names(top):
-            if not is_shard_name(shard):
-                continue
-            for name in _sorted_names(top / shard):
-                digest = digest_of_entry(shard, name)
-                if digest is not None:
-                    yield digest
+        """Every name that holds a blob, a corrupt one (not a regular file) included.
+
+        A shard (or ``blake3/``) that is a link is no directory of the store: not listed.
+        """
+        top = Directory.listing(self.root / ALGORITHM)
+        if top is None:
+            return
+        with top:
+            for shard_name in top.names():
+                shard = top.child(shard_name) if is_shard_name(shard_name) else None
+                if shard is None:
+                    continue
+                with shard:
+                    names = shard.names()
+                for name in names:
+                    digest = digest_of_entry(shard_name, name)
+                    if digest is not None:
+                        yield digest
 
     def remove(self, digest: Digest) -> None:
         path = self.blob_path(digest)
         try:
-            path.unlink()
+            with Directory.open(path.parent) as shard:
+                shard.unlink(path.name)
         except FileNotFoundError:
             raise MissingBlobError(digest, path) from None
 
@@ -220,57 +242,70 @@ class DiskStore(Store):
         link points to; a directory under a blob's name is left to ``quarantine``."""
         path = self.blob_path(digest)
         try:
-            info = path.lstat()
+            shard = Directory.open(path.parent)
         except FileNotFoundError:  # removed meanwhile (another gc): nothing to free
             return None
-        if stat.S_ISDIR(info.st_mode) or max(info.st_mtime, info.st_ctime) > older_than:
-            return None
-        if dry_run:
-            return info.st_size
-        self.temp_dir.mkdir(mode=DIR_MODE, exist_ok=True)
-        aside = self.temp_dir / pruned_name(digest, os.getpid())
-        try:
-            path.rename(aside)
-            moved = aside.lstat()
-            # The rename set the ctime; only a writer's touch sets the mtime.
-            if moved.st_mtime > older_than:
-                _put_back(aside, path)
+        with shard:
+            try:
+                info = shard.lstat(path.name)
+            except FileNotFoundError:
                 return None
-            aside.unlink()
-        except FileNotFoundError:  # another gc removed it first, or put it back meanwhile
-            return None
+            if stat.S_ISDIR(info.st_mode) or max(info.st_mtime, info.st_ctime) > older_than:
+                return None
+            if dry_run:
+                return info.st_size
+            aside = pruned_name(digest, os.getpid())
+            with Directory.open(self.temp_dir, create=True) as tmp:
+                try:
+                    shard.rename(path.name, tmp, aside)
+                    moved = tmp.lstat(aside)
+                    # The rename set the ctime; only a writer's touch sets the mtime.
+                    if moved.st_mtime > older_than:
+                        put_back(tmp, aside, shard, path.name)
+                        return None
+                    tmp.unlink(aside)
+                except FileNotFoundError:  # another gc removed it first, or put it back
+                    return None
         return moved.st_size
 
     def restore_pruned(self) -> int:
+        tmp = Directory.listing(self.temp_dir)
+        if tmp is None:
+            return 0
         restored = 0
-        for name in _sorted_names(self.temp_dir):
-            digest = digest_of_pruned(name)
-            if digest is None:
-                continue
-            path = self.blob_path(digest)
-            path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-            restored += _put_back(self.temp_dir / name, path)
+        with tmp:
+            for name in tmp.names():
+                digest = digest_of_pruned(name)
+                if digest is None:
+                    continue
+                path = self.blob_path(digest)
+                path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+                with Directory.open(path.parent) as shard:
+                    restored += put_back(tmp, name, shard, path.name)
         return restored
 
     def quarantine(self, digest: Digest) -> Quarantined | None:
         path = self.blob_path(digest)
-        directory = self.quarantine_dir
-        directory.mkdir(mode=DIR_MODE, exist_ok=True)
-        private = directory / moving_name(digest, os.getpid())
-        try:
-            path.rename(private)
-        except FileNotFoundError:  # removed meanwhile: nothing left to move
-            return None
-        if _intact(private, digest):
-            with contextlib.suppress(FileExistsError):  # a writer published it again meanwhile
-                os.link(private, path, follow_symlinks=False)
-            private.unlink()
-            return None
-        for attempt in itertools.count(1):
-            name = quarantine_name(digest, attempt)
-            target = directory / name
-            if _move_no_clobber(private, target):
-                return Quarantined(digest=digest, name=name, path=target)
+        with Directory.open(self.quarantine_dir, create=True) as corrupt:
+            try:
+                shard = Directory.open(path.parent)
+            except FileNotFoundError:
+                return None
+            private = moving_name(digest, os.getpid())
+            with shard:
+                try:
+                    shard.rename(path.name, corrupt, private)
+                except FileNotFoundError:  # removed meanwhile: nothing left to move
+                    return None
+                if is_intact(corrupt, private, digest):
+                    with contextlib.suppress(FileExistsError):  # a writer published it again
+                        corrupt.link(private, shard, path.name)
+                    corrupt.unlink(private)
+                    return None
+            for attempt in itertools.count(1):
+                name = quarantine_name(digest, attempt)
+                if move_no_clobber(corrupt, private, name):
+                    return Quarantined(digest=digest, name=name, path=corrupt.path / name)
         raise AssertionError("unreachable")
 
     def temp_files(self) -> list[TempFile]:
@@ -278,18 +313,26 @@ class DiskStore(Store):
 
         A live writer touches its file on every write, so anything older than a
         grace period is a leftover garbage collection may delete (``remove_temp``).
-        Blobs a prune left aside are not listed: they are ``restore_pruned``'s.
+        Blobs a prune left aside are not listed: they are ``restore_pruned``'s. Each
+        entry is judged by itself (a link by the link); directories and a ``tmp`` that
+        is a link are not listed.
         """
+        tmp = Directory.listing(self.temp_dir)
+        if tmp is None:
+            return []
         found = []
-        for name in _sorted_names(self.temp_dir):
-            if not is_temp_name(name) or digest_of_pruned(name) is not None:
-                continue
-            path = self.temp_dir / name
-            try:
-                info = path.stat()
-            except FileNotFoundError:  # committed or aborted meanwhile
-                continue
-            found.append(TempFile(path=path, mtime=info.st_mtime, size=info.st_size))
+        with tmp:
+            for name in tmp.names():
+                if not is_temp_name(name) or digest_of_pruned(name) is not None:
+                    continue
+                try:
+                    info = tmp.lstat(name)
+                except FileNotFoundError:  # committed or aborted meanwhile
+                    continue
+                if not stat.S_ISDIR(info.st_mode):
+                    found.append(
+                        TempFile(path=tmp.path / name, mtime=info.st_mtime, size=info.st_size)
+                    )
         return sorted(found, key=lambda temp: (temp.mtime, temp.path))
 
     def remove_temp(self, temp: TempFile, *, older_than: float) -> bool:
@@ -297,134 +340,21 @@ class DiskStore(Store):
 
         Whether it was deleted: not when a writer wrote to it meanwhile, or it is gone.
         """
-        if temp.path.parent != self.temp_dir or not is_temp_name(temp.path.name):
+        name = temp.path.name
+        if temp.path.parent != self.temp_dir or not is_temp_name(name):
             raise ValueError(f"{temp.path} is not a temp file of {self}")
-        try:
-            if temp.path.stat().st_mtime > older_than:
-                return False
-            temp.path.unlink()
-        except FileNotFoundError:
+        tmp = Directory.listing(self.temp_dir)
+        if tmp is None:
             return False
-        return True
-
-
-def kind_of(mode: int) -> str:
-    """What a file of ``mode`` is, for messages: ``a FIFO``, ``a directory``…"""
-    kinds = (
-        (stat.S_ISREG, "a regular file"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    )
-    return next((kind for test, kind in kinds if test(mode)), f"mode {mode:o}")
-
-
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-"""How a blob is opened: never through a link, never waiting (for a FIFO's writer), and never
-making a terminal ours; ``O_NONBLOCK`` is cleared once the file is known to be regular."""
-
-
-def _open_regular(path: Path, digest: Digest) -> tuple[io.FileIO, os.stat_result]:
-    """The blob file at ``path``, opened for reading, and its ``fstat``.
-
-    ``MissingBlobError`` if there is none, ``NotRegularBlobError`` if the name holds anything
-    but a regular file (checked on the opened file, so it cannot change in between).
-    """
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except FileNotFoundError:
-        raise MissingBlobError(digest, path) from None
-    except OSError as exc:
-        mode = _lstat_mode(path) if exc.errno in (errno.ELOOP, errno.ENXIO) else None
-        if mode is not None and not stat.S_ISREG(mode):  # a link (O_NOFOLLOW), a socket
-            raise NotRegularBlobError(expected=digest, kind=kind_of(mode), path=path) from None
-        raise store_error(f"open blob {digest}", exc, _FIX_READ) from exc
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISREG(info.st_mode):
-            os.set_blocking(fd, True)
-            return io.FileIO(fd, "rb", closefd=True), info
-    except BaseException:
-        os.close(fd)
-        raise
-    os.close(fd)
-    raise NotRegularBlobError(expected=digest, kind=kind_of(info.st_mode), path=path)
-
-
-def _lstat_mode(path: Path) -> int | None:
-    try:
-        return path.lstat().st_mode
-    except OSError:
-        return None
-
-
-def _intact(path: Path, digest: Digest) -> bool:
-    """Whether ``path`` is a regular file that can be read and hashes to ``digest``."""
-    try:
-        source, info = _open_regular(path, digest)
-    except StoreError:
-        return False
-    reader = BlobReader(source, digest=digest, size=info.st_size, path=path, chunk_size=1 << 20)
-    try:
-        with reader:
-            for _chunk in reader:
-                pass
-    except StoreError:  # CorruptBlobError, or an I/O error
-        return False
-    return True
-
-
-def _move_no_clobber(source: Path, target: Path) -> bool:
-    """Give ``source`` (any kind of file, never followed) the name ``target`` unless taken.
-
-    Whether it did. A hard link fails on a taken name; a directory, which cannot be linked, is
-    renamed onto an empty directory made for it first (``mkdir`` fails on a taken name, and
-    a rename onto a directory someone filled meanwhile fails too).
-    """
-    if stat.S_ISDIR(source.lstat().st_mode):
-        try:
-            target.mkdir(mode=DIR_MODE)
-        except FileExistsError:
-            return False
-        try:
-            source.rename(target)
-        except OSError as exc:
-            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+        with tmp:
+            try:
+                info = tmp.lstat(name)
+                if stat.S_ISDIR(info.st_mode) or info.st_mtime > older_than:
+                    return False
+                tmp.unlink(name)
+            except FileNotFoundError:
                 return False
-            raise
         return True
-    try:
-        os.link(source, target, follow_symlinks=False)
-    except FileExistsError:
-        return False
-    source.unlink()
-    return True
-
-
-def _put_back(aside: Path, path: Path) -> bool:
-    """Give a blob taken aside its name again (unless a writer already published it anew).
-
-    Whether this call put it back (``False`` if another process did first). A link is put
-    back as the link itself, never as a hard link to what it points to.
-    """
-    try:
-        os.link(aside, path, follow_symlinks=False)
-    except FileExistsError:
-        pass
-    except FileNotFoundError:  # another gc put it back first
-        return False
-    aside.unlink(missing_ok=True)
-    return True
-
-
-def _sorted_names(directory: Path) -> list[str]:
-    try:
-        return sorted(entry.name for entry in directory.iterdir())
-    except (FileNotFoundError, NotADirectoryError):
-        return []
 
 
 def open_store(root: Path | str | None) -> DiskStore:

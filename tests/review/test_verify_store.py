@@ -145,15 +145,15 @@ def test_a_good_copy_published_before_the_move_is_put_back(
     bad = digest_bytes(BAD)
     damage(store, bad)
     blob = store.blob_path(bad)
-    rename = Path.rename
+    rename = os.rename
 
-    def republished_first(self: Path, target: str | os.PathLike[str]) -> Path:
-        if self == blob:
+    def republished_first(src: str, dst: str, **dir_fds: int) -> None:
+        if src == blob.name:
             blob.unlink()
             assert store.put(BAD) == bad
-        return rename(self, target)
+        rename(src, dst, **dir_fds)
 
-    monkeypatch.setattr(Path, "rename", republished_first)
+    monkeypatch.setattr(os, "rename", republished_first)
     report = verify_store(store, repair=True)
     assert report.clean
     assert store.open(bad).read_all() == BAD

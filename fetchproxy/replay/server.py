@@ -33,7 +33,7 @@ from fetchproxy.keys.gitbody import canonical_body
 from fetchproxy.keys.request import RequestKey, normalize_request
 from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS
 from fetchproxy.lock.model import Fetch
-from fetchproxy.replay.blobs import SMALL_BODY, VerifiedBlobs, blob_range
+from fetchproxy.replay.blobs import SMALL_BODY, VerifiedBlobs
 from fetchproxy.replay.book import ReplayBook
 from fetchproxy.replay.certs import HostContexts
 from fetchproxy.replay.decisions import (
@@ -703,8 +703,8 @@ class _Connection(asyncio.Protocol):
             self._close()
 
     async def _stream(self, fetch: Fetch, start: int, end: int) -> None:
-        with self.server.blobs.store.open(fetch.digest, chunk_size=_CHUNK) as blob:
-            for part in blob_range(blob, start, end):
+        with await self.server.blobs.open_verified(fetch.digest, fetch.size, start, end) as blob:
+            for part in blob:
                 if self._state == "closed":
                     raise ConnectionResetError("the client went away")
                 self._send(part)

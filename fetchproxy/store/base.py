@@ -1,8 +1,9 @@
-"""The store's interface: errors, the streaming writer and reader, ``Store``.
+"""The store's interface: the streaming writer, ``Store``; the errors and reader it uses.
 
-``BlobWriter`` and ``BlobReader`` hold everything both implementations share —
-hashing, the writer's open/committed/aborted states, verification while
-reading — so ``DiskStore`` and ``MemoryStore`` differ only in where bytes go.
+``BlobWriter`` and ``BlobReader`` (:mod:`fetchproxy.store.reader`) hold everything both
+implementations share — hashing, the writer's open/committed/aborted states, verification while
+reading — so ``DiskStore`` and ``MemoryStore`` differ only in where bytes go. The errors live
+in :mod:`fetchproxy.store.errors` and are named here too.
 """
 
 from __future__ import annotations
@@ -14,107 +15,34 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Self
 
 import blake3
 
-from fetchproxy.digest import PREFIX, Digest, parse_digest
-from fetchproxy.errors import FetchproxyError
-
-_VERIFY_HINT = "`fetchproxy lock verify` lists every missing or damaged blob"
-
-
-class StoreError(FetchproxyError, OSError):
-    """The store could not do what was asked (I/O failure, bad state on disk)."""
-
-
-class MissingBlobError(StoreError, FileNotFoundError):
-    """A blob the caller asked for is not in the store."""
-
-    def __init__(self, digest: Digest, path: Path | None) -> None:
-        where = f"no file {path}" if path is not None else "not in the in-memory store"
-        super().__init__(
-            f"blob {digest} is missing from the store ({where}); "
-            f"record again to fetch it — {_VERIFY_HINT}"
-        )
-        self.digest = digest
-        self.path = path
-
-
-_NOT_SERVED = (
-    "it will not be served. `fetchproxy store verify --repair` moves it aside, then "
-    f"record again — {_VERIFY_HINT}"
+from fetchproxy.digest import Digest, parse_digest
+from fetchproxy.store.errors import (
+    ChangedBlobError,
+    CorruptBlobError,
+    MissingBlobError,
+    NotRegularBlobError,
+    StoreError,
+    digest_of,
 )
+from fetchproxy.store.reader import BlobIdentity, BlobReader, BlobSource
 
-
-class CorruptBlobError(StoreError):
-    """Bytes do not hash to the digest they are stored or committed under."""
-
-    def __init__(
-        self, message: str, *, expected: Digest, actual: Digest | None, path: Path | None
-    ) -> None:
-        super().__init__(message)
-        self.expected = expected
-        self.actual = actual
-        """What the bytes hash to; ``None`` when there are no bytes to hash (not a file)."""
-        self.path = path
-
-    @property
-    def problem(self) -> str:
-        """What is wrong, in a few words: ``hashes to blake3:…``."""
-        return f"hashes to {self.actual}"
-
-    @classmethod
-    def stored(cls, *, expected: Digest, actual: Digest, path: Path | None) -> Self:
-        """A blob in the store whose bytes changed after it was written."""
-        return cls(
-            f"corrupt blob in {_place(path)}: expected {expected}, got {actual}; {_NOT_SERVED}",
-            expected=expected,
-            actual=actual,
-            path=path,
-        )
-
-    @classmethod
-    def written(cls, *, expected: Digest, actual: Digest, path: Path | None) -> Self:
-        """Bytes streamed into a writer that do not hash to what the caller expected."""
-        return cls(
-            f"refused to store a blob: expected {expected}, got {actual}; "
-            f"nothing was written to {_place(path)}",
-            expected=expected,
-            actual=actual,
-            path=path,
-        )
-
-
-class NotRegularBlobError(CorruptBlobError):
-    """A blob's name holds no regular file (a FIFO, a device, a directory, a symbolic link).
-
-    The store never reads such a thing: a FIFO would block, a device or a link to one might
-    never end, and a link's target is no file of the store. It is a corrupt blob.
-    """
-
-    def __init__(self, *, expected: Digest, kind: str, path: Path) -> None:
-        super().__init__(
-            f"corrupt blob in {path}: not a regular file ({kind}); {_NOT_SERVED}",
-            expected=expected,
-            actual=None,
-            path=path,
-        )
-        self.kind = kind
-        """``a FIFO``, ``a symbolic link``, ``a directory``, ``a character device``…"""
-
-    @property
-    def problem(self) -> str:
-        return f"not a regular file ({self.kind})"
-
-
-def _place(path: Path | None) -> str:
-    """Where a blob is, for messages: its file, or the in-memory store."""
-    return str(path) if path is not None else "the in-memory store"
-
-
-def _digest_of(hasher: blake3.blake3) -> Digest:
-    return Digest(PREFIX + hasher.hexdigest())
+__all__ = [
+    "BlobIdentity",
+    "BlobReader",
+    "BlobSource",
+    "BlobWriter",
+    "ChangedBlobError",
+    "CorruptBlobError",
+    "MissingBlobError",
+    "NotRegularBlobError",
+    "Quarantined",
+    "Store",
+    "StoreError",
+]
 
 
 class BlobWriter(ABC):
@@ -219,7 +147,7 @@ class BlobWriter(ABC):
 
     def _digest(self) -> Digest:
         """The digest of every byte written, once all of them are."""
-        return _digest_of(self._hasher)
+        return digest_of(self._hasher)
 
     @abstractmethod
     def _publish(self, digest: Digest) -> None:
@@ -232,93 +160,6 @@ class BlobWriter(ABC):
     @abstractmethod
     def _target_path(self, digest: Digest) -> Path | None:
         """Where the blob ``digest`` lives, for messages."""
-
-
-class BlobSource(Protocol):
-    """What a ``BlobReader`` reads from: an unbuffered binary file or ``BytesIO``."""
-
-    def read(self, size: int, /) -> bytes: ...
-
-    def close(self) -> None: ...
-
-
-class BlobReader:
-    """Streams one blob out of the store, rehashing every byte.
-
-    Iteration yields chunks but withholds the last one until the whole blob
-    has been read and its digest checked, so a corrupt blob is never handed
-    out whole: the mismatch raises ``CorruptBlobError`` instead. A reader can
-    be iterated once; it closes itself when iteration ends.
-    """
-
-    def __init__(
-        self,
-        source: BlobSource,
-        *,
-        digest: Digest,
-        size: int,
-        path: Path | None,
-        chunk_size: int,
-    ) -> None:
-        if chunk_size < 1:
-            source.close()
-            raise ValueError(f"chunk_size must be positive, got {chunk_size}")
-        self._source = source
-        self._chunk_size = chunk_size
-        self._started = False
-        self.digest = digest
-        self.size = size
-        self.path = path
-
-    def __iter__(self) -> Iterator[bytes]:
-        if self._started:
-            raise ValueError(f"blob {self.digest} was already read; open it again")
-        self._started = True
-        return self._verified_chunks()
-
-    def read_all(self) -> bytes:
-        """The whole blob, verified."""
-        return b"".join(self)
-
-    def close(self) -> None:
-        """Release the underlying file; safe to call more than once."""
-        self._source.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def _verified_chunks(self) -> Iterator[bytes]:
-        hasher = blake3.blake3()
-        held = b""
-        try:
-            while chunk := self._read():
-                hasher.update(chunk)
-                if held:
-                    yield held
-                held = chunk
-            actual = _digest_of(hasher)
-            if actual != self.digest:
-                raise CorruptBlobError.stored(expected=self.digest, actual=actual, path=self.path)
-            if held:
-                yield held
-        finally:
-            self.close()
-
-    def _read(self) -> bytes:
-        try:
-            return self._source.read(self._chunk_size)
-        except OSError as exc:
-            raise StoreError(
-                f"cannot read blob {self.digest} from {_place(self.path)}: {exc.strerror or exc}"
-            ) from exc
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -412,5 +253,4 @@ class Store(ABC):
     def verify(self, digest: Digest) -> None:
         """Rehash ``digest`` in full: ``CorruptBlobError`` or ``MissingBlobError`` if bad."""
         with self.open(digest) as reader:
-            for _chunk in reader:
-                pass
+            reader.check()

@@ -37,6 +37,7 @@ from pathlib import Path
 from fetchproxy.digest import ALGORITHM, Digest
 from fetchproxy.files import fsync_dir, probe_writable
 from fetchproxy.store.base import (
+    BlobIdentity,
     BlobReader,
     BlobWriter,
     MissingBlobError,
@@ -186,7 +187,13 @@ class DiskStore(Store):
         except OSError as exc:
             raise store_error(f"open blob {digest}", exc, _FIX_READ) from exc
         return BlobReader(
-            source, digest=digest, size=info.st_size, path=path, chunk_size=chunk_size
+            source,
+            digest=digest,
+            size=info.st_size,
+            path=path,
+            chunk_size=chunk_size,
+            identity=BlobIdentity.of(info),
+            restat=lambda: BlobIdentity.of(os.fstat(source.fileno())),
         )
 
     def contains(self, digest: Digest) -> bool:

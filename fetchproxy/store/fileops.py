@@ -23,7 +23,8 @@ from types import TracebackType
 from typing import Self
 
 from fetchproxy.digest import Digest
-from fetchproxy.store.base import BlobReader, MissingBlobError, NotRegularBlobError, StoreError
+from fetchproxy.store.errors import MissingBlobError, NotRegularBlobError, StoreError
+from fetchproxy.store.reader import BlobReader
 
 DIR_MODE = 0o755
 

@@ -16,7 +16,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from fetchproxy.digest import Digest, digest_bytes, parse_digest
-from fetchproxy.store.base import BlobReader, BlobWriter, MissingBlobError, Quarantined, Store
+from fetchproxy.store.base import (
+    BlobIdentity,
+    BlobReader,
+    BlobWriter,
+    MissingBlobError,
+    Quarantined,
+    Store,
+)
 from fetchproxy.store.layout import quarantine_name
 
 
@@ -25,6 +32,8 @@ class _Blob:
     data: bytes
     used: float
     """When it was stored, or last found already stored: the disk store's mtime."""
+    generation: int
+    """Which bytes these are: new for every blob stored or damaged (the disk store's inode)."""
 
 
 class MemoryStore(Store):
@@ -33,6 +42,7 @@ class MemoryStore(Store):
     def __init__(self) -> None:
         self._blobs: dict[Digest, _Blob] = {}
         self._lock = threading.Lock()
+        self._generations = itertools.count(1)
         self.quarantined: dict[str, bytes] = {}
         """What ``quarantine`` moved aside, by its name there (``blake3-<hex>[-N]``)."""
 
@@ -46,9 +56,17 @@ class MemoryStore(Store):
         """Memory always takes new blobs."""
 
     def open(self, digest: Digest, *, chunk_size: int = 1 << 20) -> BlobReader:
-        data = self._get(digest)
+        blob = self._blob(digest)
+        identity = BlobIdentity(
+            device=0, inode=blob.generation, size=len(blob.data), mtime_ns=0, ctime_ns=0
+        )
         return BlobReader(
-            io.BytesIO(data), digest=digest, size=len(data), path=None, chunk_size=chunk_size
+            io.BytesIO(blob.data),
+            digest=digest,
+            size=len(blob.data),
+            path=None,
+            chunk_size=chunk_size,
+            identity=identity,  # an open BytesIO keeps its bytes: no restat
         )
 
     def contains(self, digest: Digest) -> bool:
@@ -107,21 +125,28 @@ class MemoryStore(Store):
         if data is None:
             data = bytes([old[0] ^ 1]) + old[1:] if old else b"\0"
         with self._lock:
-            self._blobs[digest] = _Blob(data, self._blobs[digest].used)
+            used = self._blobs[digest].used
+            self._blobs[digest] = _Blob(data, used, next(self._generations))
 
     def _get(self, digest: Digest) -> bytes:
+        return self._blob(digest).data
+
+    def _blob(self, digest: Digest) -> _Blob:
         digest = parse_digest(digest)
         with self._lock:
             blob = self._blobs.get(digest)
         if blob is None:
             raise MissingBlobError(digest, None)
-        return blob.data
+        return blob
 
     def _add(self, digest: Digest, data: bytes) -> None:
         """Store ``data``, or keep the blob already there and refresh when it was used."""
         with self._lock:
             kept = self._blobs.get(digest)
-            self._blobs[digest] = _Blob(data if kept is None else kept.data, time.time())
+            if kept is None:
+                self._blobs[digest] = _Blob(data, time.time(), next(self._generations))
+            else:
+                self._blobs[digest] = _Blob(kept.data, time.time(), kept.generation)
 
 
 class MemoryBlobWriter(BlobWriter):

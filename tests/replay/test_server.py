@@ -10,6 +10,7 @@ malformed requests, non-HTTP in a tunnel, SNI, and start-up failures.
 from __future__ import annotations
 
 import gzip
+import os
 import signal
 import socket
 import ssl
@@ -30,6 +31,7 @@ from fetchproxy.digest import Digest, digest_bytes
 from fetchproxy.keys.gitbody import canonical_body
 from fetchproxy.lock.file import write_lock
 from fetchproxy.lock.model import Fetch, Lock
+from fetchproxy.replay import blobs
 from fetchproxy.replay import server as replayserver
 from fetchproxy.replay.book import MissingBodiesError
 from fetchproxy.replay.certs import HostContexts
@@ -553,6 +555,39 @@ def rest_of_connection(client: Client) -> bytes:
         while chunk := client.sock.recv(65536):
             data += chunk
     return data
+
+
+@pytest.mark.parametrize("trusted", [True, False], ids=["identity-trusted", "just-written"])
+def test_a_range_of_a_blob_changed_since_it_was_verified_is_never_served(
+    served: Served, monkeypatch: pytest.MonkeyPatch, trusted: bool
+) -> None:
+    """A blob verified once in a run, then changed in place: a range of it is cut off too.
+
+    Its file's identity is trusted (as for any blob not written in the last seconds), or, as
+    written just now, not trusted at all: either way the change is seen.
+    """
+    if trusted:
+        monkeypatch.setattr(blobs, "RACY_NS", 0)
+    client = Client(served)
+    client.tunnel()
+    client.send(get("/huge"))
+    assert client.answer()[2] == HUGE  # verified, and whole: rehashed while it streamed
+    path = blob_of(served, HUGE)
+    changed = bytes(255 - b for b in HUGE)  # same size, other bytes
+    original = path.stat()
+    path.chmod(0o644)
+    path.write_bytes(changed)
+    path.chmod(0o444)
+    os.utime(path, ns=(original.st_atime_ns, original.st_mtime_ns))  # even with its old mtime
+    client.send(get("/huge", "Range: bytes=10-4009"))
+    assert client.head().startswith("HTTP/1.1 206 ")  # sent before the blob is opened
+    rest = rest_of_connection(client)
+    assert changed[10:4010] not in rest
+    assert len(rest) < 4000  # cut off: never the whole part
+    assert served.proxy.stop() == 0
+    assert served.proxy.replay.stats.refused == 1
+    events = read_events(served.log)
+    assert [e["reason"] for e in events] == ["corrupt-blob"]
 
 
 @pytest.mark.parametrize("kind", ["fifo", "link-to-fifo", "device"])

@@ -266,6 +266,37 @@ class TestStoreConformance:
         assert not store.contains(digest)
         assert list(store.digests()) == [digest_bytes(OTHER)]
 
+    def test_a_reader_knows_which_file_it_has_open(self, store: Store) -> None:
+        digest = store.put(BODY)
+        with store.open(digest) as first, store.open(digest) as second:
+            assert first.identity is not None
+            assert first.identity == second.identity == first.current_identity()
+            assert first.identity.size == len(BODY)
+        corrupt(store, digest)
+        with store.open(digest) as damaged:
+            assert damaged.identity != first.identity
+
+    def test_check_rehashes_and_leaves_the_reader_to_be_read(self, store: Store) -> None:
+        digest = store.put(BODY)
+        with store.open(digest, chunk_size=100_000) as reader:
+            reader.check()
+            assert reader.read_all() == BODY
+        corrupt(store, digest)
+        with pytest.raises(CorruptBlobError, match=r"^corrupt blob in "), store.open(digest) as r:
+            r.check()
+
+    def test_a_part_is_read_from_its_offset(self, store: Store) -> None:
+        digest = store.put(BODY)
+        with store.open(digest, chunk_size=100_000) as reader:
+            parts = [bytes(piece) for piece in reader.part(50_000, 250_001)]
+        assert parts == [BODY[50_000:150_000], BODY[150_000:250_000], BODY[250_000:250_001]]
+        with store.open(digest) as reader:
+            assert list(reader.part(7, 7)) == []
+            with raises(ValueError, f"blob {digest} was already read; open it again"):
+                iter(reader)
+        with store.open(digest) as reader, pytest.raises(ValueError, match="not within"):
+            reader.part(0, len(BODY) + 1)
+
     def test_prune_removes_only_blobs_unused_since_the_cutoff(self, store: Store) -> None:
         digest = store.put(BODY)
         store.put(OTHER)

@@ -11,6 +11,7 @@ rule for parts of a blob). Modules:
 - ``reader``: ``BlobReader`` and ``BlobIdentity`` (which file, in which state);
 - ``errors``: missing, corrupt (not a regular file, changed while served), failed;
 - ``disk``: ``DiskStore``, the real thing (``<root>/blake3/<2 hex>/<62 hex>``);
+- ``diskwriter`` and ``direct``: how it writes a blob (temp file, fsync, link; ``O_DIRECT``);
 - ``fileops``: how ``DiskStore`` touches files: only regular files are read, nothing is
   renamed, linked or unlinked through a symbolic link;
 - ``memory``: ``MemoryStore``, a dict with identical behaviour, for tests.

@@ -14,6 +14,9 @@ import blake3
 from fetchproxy.digest import PREFIX, Digest
 from fetchproxy.errors import FetchproxyError
 
+_ELSEWHERE = "or pick another store with --store or FETCHPROXY_STORE"
+FIX_WRITE = f"free space or fix permissions there, {_ELSEWHERE}"
+FIX_READ = f"check the store's files and permissions, {_ELSEWHERE}"
 _VERIFY_HINT = "`fetchproxy lock verify` lists every missing or damaged blob"
 
 
@@ -129,3 +132,9 @@ class ChangedBlobError(CorruptBlobError):
     @property
     def problem(self) -> str:
         return f"changed while it was served ({self.how})"
+
+
+def store_error(action: str, exc: OSError, fix: str = FIX_WRITE) -> StoreError:
+    """``cannot ACTION: <why> (FILE) — FIX``: an OSError the store met, said for the user."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    return StoreError(f"cannot {action}: {exc.strerror or exc}{where} — {fix}")

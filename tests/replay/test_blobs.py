@@ -266,3 +266,26 @@ def test_both_stores_refuse_a_part_of_a_blob_damaged_since(any_store: Store, tru
         change_in_place(path, other_bytes(LARGE))
     with pytest.raises(CorruptBlobError):
         run(verified.open_verified(digest, len(LARGE), 0, 10))
+
+
+def test_a_lock_giving_a_large_blob_a_small_size_does_not_fill_the_cache(
+    store: DiskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hand-edited ``size = 5`` for a large blob: refused, and never read into memory."""
+    digest = store.put(LARGE)
+    verified = VerifiedBlobs(store)
+    whole_reads: list[int] = []
+    read_all = BlobReader.read_all
+
+    def counted(self: BlobReader) -> bytes:
+        whole_reads.append(self.size)
+        return read_all(self)
+
+    monkeypatch.setattr(BlobReader, "read_all", counted)
+    with pytest.raises(WrongSizeError, match=f"the store holds {len(LARGE)} bytes"):
+        run(verified.verify(digest, 5))
+    assert verified.cached(digest) is None
+    with pytest.raises(WrongSizeError):
+        run(verified.small_body(digest, 5))
+    assert verified.cached(digest) is None
+    assert whole_reads == []  # hashed as it streamed, never joined into one bytes object

@@ -31,7 +31,7 @@ class LockAnswers:
 
     async def start(self) -> None:
         if self.blobs is None:
-            self.blobs = BlobServer(self.store)
+            self.blobs = BlobServer(self.verified)
             await self.blobs.start()
 
     async def close(self) -> None:

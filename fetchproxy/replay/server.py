@@ -33,7 +33,7 @@ from contextlib import suppress
 from fetchproxy.engine import Address, Engine, admitted, cannot_listen
 from fetchproxy.keys.rules import RawRequest
 from fetchproxy.lock.model import Fetch
-from fetchproxy.replay.blobs import SMALL_BODY, blob_range
+from fetchproxy.replay.blobs import SMALL_BODY
 from fetchproxy.replay.certs import HostContexts
 from fetchproxy.replay.decisions import Answer, Refusal
 from fetchproxy.replay.http1 import (
@@ -674,8 +674,8 @@ class _Connection(asyncio.Protocol):
             self._close()
 
     async def _stream(self, fetch: Fetch, start: int, end: int) -> None:
-        with self.server.blobs.store.open(fetch.digest, chunk_size=_CHUNK) as blob:
-            for part in blob_range(blob, start, end):
+        with await self.server.blobs.open_verified(fetch.digest, fetch.size, start, end) as blob:
+            for part in blob:
                 if self._state == "closed":
                     raise ConnectionResetError("the client went away")
                 self._send(part)

@@ -14,39 +14,35 @@ else is removed once it is older than a grace period (default one hour), by thes
   just restored from a cache (the copy sets ctime). A record longer than the grace period is
   covered through its journal when its lock is among ``--keep-lock``; pass the locks of records
   that may be running, or a longer ``--grace``.
-- **A blob is never unlinked in place.** It is first renamed into ``tmp/`` and its mtime read
-  again: if a writer refreshed it meanwhile (a live record that fetched the same bytes again and
-  touched the existing blob), it is linked back. A writer that touches the blob after the rename
-  finds the name free and publishes its own copy. So a blob in use at the moment of removal
-  stays. A gc killed half-way leaves such renamed blobs in ``tmp/``; the next gc puts them back
-  before it starts (which sets their ctime: they are kept for one more grace period).
+- **A blob is never unlinked in place**: the store's ``prune`` takes it aside and puts it back
+  if a writer touched it meanwhile (a live record that fetched the same bytes again), so a blob
+  in use at the moment of removal stays (see :mod:`fetchproxy.store.disk`). A gc killed half-way
+  leaves such blobs aside; the next gc has the store put them back before it starts
+  (``restore_pruned``, which sets their ctime: they are kept for one more grace period).
 - Shard directories are never removed (a writer may be about to link into one), nor anything
   else in the store (``corrupt/`` belongs to ``fetchproxy store verify --repair``).
+
+This module decides what goes; the store alone renames and unlinks its files.
 """
 
 from __future__ import annotations
 
-import os
-import re
 import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from fetchproxy.digest import Digest, from_hex, hex_of
+from fetchproxy.digest import Digest
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.lock.file import load_lock
 from fetchproxy.lock.journal import journal_path, read_journal
 from fetchproxy.store import DiskStore, TempFile
-from fetchproxy.store.disk import DIR_MODE, store_error
-from fetchproxy.store.layout import TEMP_SUFFIX, temp_prefix
+from fetchproxy.store.disk import store_error
 from fetchproxy.text import counted, human_bytes
 
 DEFAULT_GRACE: Final = 3600.0
 """Seconds a blob or temp file is kept after it was last written (``--grace``)."""
-
-_ASIDE_RE: Final = re.compile(r"blob-[0-9]+-gc-([0-9a-f]{64})" + re.escape(TEMP_SUFFIX))
 
 
 class KeepLockError(FetchproxyError, FileNotFoundError):
@@ -138,17 +134,13 @@ def _collect(
 ) -> GcReport:
     cutoff = (time.time() if now is None else now) - grace
     if not dry_run:
-        _restore_aside_blobs(store)
+        store.restore_pruned()
     removed_temps: list[TempFile] = []
     recent_temps = 0
     for temp in store.temp_files():
-        if _ASIDE_RE.fullmatch(temp.path.name):
-            continue  # a blob renamed by a gc: put back above, or another gc's business
-        if temp.mtime > cutoff:
+        if temp.mtime > cutoff or not (dry_run or store.remove_temp(temp, older_than=cutoff)):
             recent_temps += 1
             continue
-        if not dry_run:
-            temp.path.unlink(missing_ok=True)
         removed_temps.append(temp)
     removed: list[RemovedBlob] = []
     referenced = recent = 0
@@ -156,7 +148,7 @@ def _collect(
         if digest in keep:
             referenced += 1
             continue
-        size = _remove_blob(store, digest, cutoff, dry_run=dry_run)
+        size = store.prune(digest, older_than=cutoff, dry_run=dry_run)
         if size is None:
             recent += 1
         else:
@@ -172,57 +164,6 @@ def _collect(
         kept_recent=recent,
         kept_recent_temp_files=recent_temps,
     )
-
-
-def _remove_blob(store: DiskStore, digest: Digest, cutoff: float, *, dry_run: bool) -> int | None:
-    """Remove one unreferenced blob unless it is recent; its size, or None when kept."""
-    path = store.blob_path(digest)
-    try:
-        info = path.stat()
-    except FileNotFoundError:  # removed meanwhile (another gc): nothing to free
-        return None
-    if max(info.st_mtime, info.st_ctime) > cutoff:
-        return None
-    if dry_run:
-        return info.st_size
-    store.temp_dir.mkdir(mode=DIR_MODE, exist_ok=True)
-    aside = store.temp_dir / f"{temp_prefix(os.getpid())}gc-{hex_of(digest)}{TEMP_SUFFIX}"
-    try:
-        path.rename(aside)
-        moved = aside.stat()
-        # The rename set the ctime; only a writer's touch sets the mtime.
-        if moved.st_mtime > cutoff:
-            _put_back(aside, path)
-            return None
-        aside.unlink()
-    except FileNotFoundError:  # another gc removed it first, or put it back meanwhile
-        return None
-    return moved.st_size
-
-
-def _put_back(aside: Path, path: Path) -> None:
-    """Give a renamed blob its name again (unless a writer already published it anew)."""
-    try:
-        os.link(aside, path)
-    except FileExistsError:
-        pass
-    except FileNotFoundError:  # another gc put it back first
-        return
-    aside.unlink(missing_ok=True)
-
-
-def _restore_aside_blobs(store: DiskStore) -> None:
-    """Put back the blobs a killed gc renamed into ``tmp/`` (the caller then judges them again).
-
-    Harmless even while another gc runs: it only gives an unreferenced blob its name back.
-    """
-    for temp in store.temp_files():
-        match = _ASIDE_RE.fullmatch(temp.path.name)
-        if match is None:
-            continue
-        path = store.blob_path(from_hex(match.group(1)))
-        path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        _put_back(temp.path, path)
 
 
 # ------------------------------------------------------------------------------------------ text

@@ -47,7 +47,7 @@ def verify_lock(lock: Lock, name: str, store: Store, rules: KeyRules) -> LockVer
         except MissingBlobError as exc:
             bad.append(f"missing: {digest} (no file {exc.path})")
         except CorruptBlobError as exc:
-            bad.append(f"corrupt: {exc.path}: hashes to {exc.actual}")
+            bad.append(f"corrupt: {exc.path}: {exc.problem}")
         else:
             intact.add(digest)
     wrong = [

@@ -1,34 +1,34 @@
 """``fetchproxy store verify``: rehash every blob in the store; ``--repair`` moves bad ones aside.
 
-A blob is bad when its bytes no longer hash to its name (a failing disk, a hand edit) or when it
-cannot be read at all (an I/O error). Replay already refuses to serve such a blob; this finds
-them all before a build does. Repair moves each bad blob to ``<store>/corrupt/blake3-<hex>``
-(``-2``, ``-3``… when that name is taken): outside ``blake3/``, so nothing reads it as a blob
-any more, and the next record fetches the body again. The file is kept for inspection; delete
-``corrupt/`` when done.
+A blob is bad when its bytes no longer hash to its name (a failing disk, a hand edit), when its
+name holds no regular file (a FIFO, a device, a directory, a symbolic link: the store never reads
+those), or when it cannot be read at all (an I/O error). Replay already refuses to serve such a
+blob; this finds them all before a build does. Repair moves each bad blob to
+``<store>/corrupt/blake3-<hex>`` (``-2``, ``-3``… when that name is taken): outside ``blake3/``,
+so nothing reads it as a blob any more, and the next record fetches the body again. What was
+there is kept for inspection (a link as the link itself); delete ``corrupt/`` when done.
 
-Moving is safe while records run: the blob is first renamed (atomically, whatever file holds
-the name at that moment) to a private name in ``corrupt/`` and hashed again there; if it turns
+Moving is the store's ``quarantine``, safe while records run: the blob is first taken away from
+its name (atomically, whatever file holds the name at that moment) and hashed again; if it turns
 out intact — a writer published a good copy after a gc removed the bad one — it is put back.
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
-import blake3
-
-from fetchproxy.digest import PREFIX, Digest, hex_of
-from fetchproxy.store import CorruptBlobError, DiskStore, MissingBlobError, StoreError
-from fetchproxy.store.disk import DIR_MODE, store_error
+from fetchproxy.digest import Digest
+from fetchproxy.store import (
+    CorruptBlobError,
+    DiskStore,
+    MissingBlobError,
+    NotRegularBlobError,
+    StoreError,
+)
+from fetchproxy.store.disk import store_error
+from fetchproxy.store.layout import CORRUPT_DIR
 from fetchproxy.text import counted, human_bytes
-
-CORRUPT_DIR: Final = "corrupt"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -40,7 +40,7 @@ class BadBlob:
     actual: Digest | None
     """What its bytes hash to; None when they could not be read."""
     reason: str
-    """``its bytes hash to blake3:…`` or ``unreadable: <error>``."""
+    """``its bytes hash to blake3:…``, ``not a regular file (a FIFO)``, ``unreadable: <error>``."""
     moved_to: Path | None = None
 
 
@@ -69,7 +69,7 @@ def verify_store(store: DiskStore, *, repair: bool = False) -> StoreVerifyReport
         size += found[0]
         problem = found[1]
         if problem is not None and repair:
-            aside = f"move {problem.path} aside into {store.root / CORRUPT_DIR}"
+            aside = f"move {problem.path} aside into {store.quarantine_dir}"
             try:
                 problem = _move_aside(store, problem)
             except OSError as exc:
@@ -90,6 +90,8 @@ def _check(store: DiskStore, digest: Digest) -> tuple[int, BadBlob | None] | Non
         store.verify(digest)
     except MissingBlobError:
         return None
+    except NotRegularBlobError as exc:
+        return 0, BadBlob(digest=digest, path=path, actual=None, reason=exc.problem)
     except CorruptBlobError as exc:
         reason = f"its bytes hash to {exc.actual}"
         return size, BadBlob(digest=digest, path=path, actual=exc.actual, reason=reason)
@@ -102,43 +104,12 @@ def _check(store: DiskStore, digest: Digest) -> tuple[int, BadBlob | None] | Non
 
 def _move_aside(store: DiskStore, bad: BadBlob) -> BadBlob | None:
     """Move ``bad`` into ``corrupt/``; None if the file now at its name is intact after all."""
-    directory = store.root / CORRUPT_DIR
-    directory.mkdir(mode=DIR_MODE, exist_ok=True)
-    hex_digest = hex_of(bad.digest)
-    private = directory / f".moving-{os.getpid()}-{hex_digest}"
-    try:
-        bad.path.rename(private)
-    except FileNotFoundError:  # removed meanwhile: nothing left to move
+    moved = store.quarantine(bad.digest)
+    if moved is None:
         return None
-    if _hashes_to(private, bad.digest):
-        with contextlib.suppress(FileExistsError):  # a writer published it again meanwhile
-            os.link(private, bad.path)
-        private.unlink()
-        return None
-    for attempt in itertools.count(1):
-        suffix = "" if attempt == 1 else f"-{attempt}"
-        target = directory / f"blake3-{hex_digest}{suffix}"
-        try:
-            os.link(private, target)
-        except FileExistsError:
-            continue
-        private.unlink()
-        return BadBlob(
-            digest=bad.digest, path=bad.path, actual=bad.actual, reason=bad.reason, moved_to=target
-        )
-    raise AssertionError("unreachable")
-
-
-def _hashes_to(path: Path, digest: Digest) -> bool:
-    """Whether the file at ``path`` can be read and hashes to ``digest``."""
-    hasher = blake3.blake3()
-    try:
-        with path.open("rb") as file:
-            while chunk := file.read(1 << 20):
-                hasher.update(chunk)
-    except OSError:
-        return False
-    return PREFIX + hasher.hexdigest() == digest
+    return BadBlob(
+        digest=bad.digest, path=bad.path, actual=bad.actual, reason=bad.reason, moved_to=moved.path
+    )
 
 
 # ------------------------------------------------------------------------------------------ text

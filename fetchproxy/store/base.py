@@ -1,8 +1,9 @@
-"""The store's interface: errors, the streaming writer and reader, ``Store``.
+"""The store's interface: the streaming writer, ``Store``; the errors and reader it uses.
 
-``BlobWriter`` and ``BlobReader`` hold everything both implementations share —
-hashing, the writer's open/committed/aborted states, verification while
-reading — so ``DiskStore`` and ``MemoryStore`` differ only in where bytes go.
+``BlobWriter`` and ``BlobReader`` (:mod:`fetchproxy.store.reader`) hold everything both
+implementations share — hashing, the writer's open/committed/aborted states, verification while
+reading — so ``DiskStore`` and ``MemoryStore`` differ only in where bytes go. The errors live
+in :mod:`fetchproxy.store.errors` and are named here too.
 """
 
 from __future__ import annotations
@@ -11,77 +12,37 @@ import asyncio
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Self
 
 import blake3
 
-from fetchproxy.digest import PREFIX, Digest, parse_digest
-from fetchproxy.errors import FetchproxyError
+from fetchproxy.digest import Digest, parse_digest
+from fetchproxy.store.errors import (
+    ChangedBlobError,
+    CorruptBlobError,
+    MissingBlobError,
+    NotRegularBlobError,
+    StoreError,
+    digest_of,
+)
+from fetchproxy.store.reader import BlobIdentity, BlobReader, BlobSource
 
-_VERIFY_HINT = "`fetchproxy lock verify` lists every missing or damaged blob"
-
-
-class StoreError(FetchproxyError, OSError):
-    """The store could not do what was asked (I/O failure, bad state on disk)."""
-
-
-class MissingBlobError(StoreError, FileNotFoundError):
-    """A blob the caller asked for is not in the store."""
-
-    def __init__(self, digest: Digest, path: Path | None) -> None:
-        where = f"no file {path}" if path is not None else "not in the in-memory store"
-        super().__init__(
-            f"blob {digest} is missing from the store ({where}); "
-            f"record again to fetch it — {_VERIFY_HINT}"
-        )
-        self.digest = digest
-        self.path = path
-
-
-class CorruptBlobError(StoreError):
-    """Bytes do not hash to the digest they are stored or committed under."""
-
-    def __init__(
-        self, message: str, *, expected: Digest, actual: Digest, path: Path | None
-    ) -> None:
-        super().__init__(message)
-        self.expected = expected
-        self.actual = actual
-        self.path = path
-
-    @classmethod
-    def stored(cls, *, expected: Digest, actual: Digest, path: Path | None) -> Self:
-        """A blob in the store whose bytes changed after it was written."""
-        return cls(
-            f"corrupt blob in {_place(path)}: expected {expected}, got {actual}; "
-            "it will not be served. `fetchproxy store verify --repair` moves it aside, then "
-            f"record again — {_VERIFY_HINT}",
-            expected=expected,
-            actual=actual,
-            path=path,
-        )
-
-    @classmethod
-    def written(cls, *, expected: Digest, actual: Digest, path: Path | None) -> Self:
-        """Bytes streamed into a writer that do not hash to what the caller expected."""
-        return cls(
-            f"refused to store a blob: expected {expected}, got {actual}; "
-            f"nothing was written to {_place(path)}",
-            expected=expected,
-            actual=actual,
-            path=path,
-        )
-
-
-def _place(path: Path | None) -> str:
-    """Where a blob is, for messages: its file, or the in-memory store."""
-    return str(path) if path is not None else "the in-memory store"
-
-
-def _digest_of(hasher: blake3.blake3) -> Digest:
-    return Digest(PREFIX + hasher.hexdigest())
+__all__ = [
+    "BlobIdentity",
+    "BlobReader",
+    "BlobSource",
+    "BlobWriter",
+    "ChangedBlobError",
+    "CorruptBlobError",
+    "MissingBlobError",
+    "NotRegularBlobError",
+    "Quarantined",
+    "Store",
+    "StoreError",
+]
 
 
 class BlobWriter(ABC):
@@ -186,7 +147,7 @@ class BlobWriter(ABC):
 
     def _digest(self) -> Digest:
         """The digest of every byte written, once all of them are."""
-        return _digest_of(self._hasher)
+        return digest_of(self._hasher)
 
     @abstractmethod
     def _publish(self, digest: Digest) -> None:
@@ -201,91 +162,16 @@ class BlobWriter(ABC):
         """Where the blob ``digest`` lives, for messages."""
 
 
-class BlobSource(Protocol):
-    """What a ``BlobReader`` reads from: an unbuffered binary file or ``BytesIO``."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Quarantined:
+    """A corrupt blob the store moved out of its blobs' namespace, kept for inspection."""
 
-    def read(self, size: int, /) -> bytes: ...
-
-    def close(self) -> None: ...
-
-
-class BlobReader:
-    """Streams one blob out of the store, rehashing every byte.
-
-    Iteration yields chunks but withholds the last one until the whole blob
-    has been read and its digest checked, so a corrupt blob is never handed
-    out whole: the mismatch raises ``CorruptBlobError`` instead. A reader can
-    be iterated once; it closes itself when iteration ends.
-    """
-
-    def __init__(
-        self,
-        source: BlobSource,
-        *,
-        digest: Digest,
-        size: int,
-        path: Path | None,
-        chunk_size: int,
-    ) -> None:
-        if chunk_size < 1:
-            source.close()
-            raise ValueError(f"chunk_size must be positive, got {chunk_size}")
-        self._source = source
-        self._chunk_size = chunk_size
-        self._started = False
-        self.digest = digest
-        self.size = size
-        self.path = path
-
-    def __iter__(self) -> Iterator[bytes]:
-        if self._started:
-            raise ValueError(f"blob {self.digest} was already read; open it again")
-        self._started = True
-        return self._verified_chunks()
-
-    def read_all(self) -> bytes:
-        """The whole blob, verified."""
-        return b"".join(self)
-
-    def close(self) -> None:
-        """Release the underlying file; safe to call more than once."""
-        self._source.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def _verified_chunks(self) -> Iterator[bytes]:
-        hasher = blake3.blake3()
-        held = b""
-        try:
-            while chunk := self._read():
-                hasher.update(chunk)
-                if held:
-                    yield held
-                held = chunk
-            actual = _digest_of(hasher)
-            if actual != self.digest:
-                raise CorruptBlobError.stored(expected=self.digest, actual=actual, path=self.path)
-            if held:
-                yield held
-        finally:
-            self.close()
-
-    def _read(self) -> bytes:
-        try:
-            return self._source.read(self._chunk_size)
-        except OSError as exc:
-            raise StoreError(
-                f"cannot read blob {self.digest} from {_place(self.path)}: {exc.strerror or exc}"
-            ) from exc
+    digest: Digest
+    """The name it had."""
+    name: str
+    """Its name among the quarantined: ``blake3-<hex>``, or ``blake3-<hex>-N`` if taken."""
+    path: Path | None
+    """The file now holding it (``<store>/corrupt/<name>``); ``None`` in a store without files."""
 
 
 class Store(ABC):
@@ -293,6 +179,10 @@ class Store(ABC):
 
     Every method taking a digest first validates it (``ValueError`` for a
     malformed one). A blob is only ever visible under the digest of its bytes.
+
+    The store alone touches its files: garbage collection and repair go through
+    ``prune``, ``restore_pruned`` and ``quarantine``, which keep blobs that
+    writers use or publish meanwhile.
     """
 
     @abstractmethod
@@ -320,6 +210,33 @@ class Store(ABC):
         """Delete ``digest`` (for garbage collection); ``MissingBlobError`` if absent."""
 
     @abstractmethod
+    def prune(self, digest: Digest, *, older_than: float, dry_run: bool = False) -> int | None:
+        """Remove ``digest`` unless it was written or used after ``older_than``.
+
+        ``older_than`` is a ``time.time()`` value. A blob counts as used when a writer
+        stored it or found it already stored (which refreshes its mtime), and on disk also
+        when its ctime is later (publishing and restoring set it). A writer that touches
+        the blob while it is being removed keeps it. Returns the bytes freed, or ``None``
+        when the blob is kept or was not there. ``dry_run`` only says what would go.
+        """
+
+    @abstractmethod
+    def restore_pruned(self) -> int:
+        """Give back their names to blobs an interrupted ``prune`` left aside; how many.
+
+        Safe while other prunes run: it only ever puts a blob back.
+        """
+
+    @abstractmethod
+    def quarantine(self, digest: Digest) -> Quarantined | None:
+        """Move ``digest`` out of the way if it is corrupt, keeping its bytes for inspection.
+
+        The blob is first taken away from its name atomically, then checked once more:
+        if it is intact after all (a writer published a good copy after the bad one was
+        found), it is put back and ``None`` returned; ``None`` too when it is not there.
+        """
+
+    @abstractmethod
     def blob_path(self, digest: Digest) -> Path | None:
         """The file holding ``digest`` if the store has files (for zero-copy serving)."""
 
@@ -336,5 +253,4 @@ class Store(ABC):
     def verify(self, digest: Digest) -> None:
         """Rehash ``digest`` in full: ``CorruptBlobError`` or ``MissingBlobError`` if bad."""
         with self.open(digest) as reader:
-            for _chunk in reader:
-                pass
+            reader.check()

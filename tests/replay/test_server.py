@@ -10,8 +10,12 @@ malformed requests, non-HTTP in a tunnel, SNI, and start-up failures.
 from __future__ import annotations
 
 import gzip
+import os
+import signal
 import socket
 import ssl
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
@@ -28,12 +32,19 @@ from fetchproxy.engine import ProxyStartError
 from fetchproxy.keys.gitbody import canonical_body
 from fetchproxy.lock.file import write_lock
 from fetchproxy.lock.model import Fetch, Lock
+from fetchproxy.replay import blobs
 from fetchproxy.replay import server as replayserver
 from fetchproxy.replay.book import MissingBodiesError
 from fetchproxy.replay.certs import HostContexts
 from fetchproxy.replay.server import ReplayServer
 from fetchproxy.run.settings import ProxySettings
 from fetchproxy.store import DiskStore
+from tests.support.badblobs import (
+    DEADLINE,
+    SUBPROCESS_DEADLINE,
+    make_not_regular,
+    unblock_fifos,
+)
 from tests.support.cli import read_events
 from tests.support.locks import make_fetch
 from tests.support.proxy import ProxyThread
@@ -45,6 +56,7 @@ ANSWER = b"the answer to the upload\n"
 HOST = "files.example"
 LONG_HOST = "my-bucket-name-with-a-long-name.s3.dualstack.eu-central-1.amazonaws.com"
 MEDIUM = bytes(range(256)) * 800  # 200 KiB: answered from memory
+HUGE = bytes(range(256)) * 10240  # 2.5 MiB: streamed in more than one chunk
 
 
 @dataclass
@@ -67,7 +79,7 @@ def entry(url: str, body: bytes, digest: Digest, *, method: str = "GET", **field
 def served(tmp_path: Path) -> Iterator[Served]:
     store = DiskStore(tmp_path / "store")
     small, large, answer = store.put(SMALL), store.put(LARGE), store.put(ANSWER)
-    medium = store.put(MEDIUM)
+    medium, huge = store.put(MEDIUM), store.put(HUGE)
     upload_key = digest_bytes(canonical_body("/repo/git-upload-pack", None, UPLOAD))
     lock = Lock.from_fetches(
         [
@@ -76,6 +88,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
             entry(f"http://{HOST}/plain", SMALL, small),
             entry(f"http://{HOST}:8080/tunnelled", SMALL, small),
             entry(f"https://{HOST}:8443/medium", MEDIUM, medium),
+            entry(f"https://{HOST}:8443/huge", HUGE, huge),
             entry(f"https://{LONG_HOST}/small", SMALL, small),
             entry(f"https://{HOST}:8443/wrong-size", b"12345", small),  # a lock edited by hand
             entry(
@@ -525,3 +538,128 @@ def test_a_request_with_two_host_headers_is_refused_even_after_one_with_one(
     client.send(get("/small", "Host: other.example"))  # the Host headers disagree
     status, _, _ = client.answer()
     assert status == "HTTP/1.1 400 Bad Request"
+
+
+# --- what the server serves is what it verified -------------------------------------------
+
+
+def blob_of(served: Served, body: bytes) -> Path:
+    store = served.proxy.settings.store
+    assert isinstance(store, DiskStore)
+    return store.blob_path(digest_bytes(body))
+
+
+def rest_of_connection(client: Client) -> bytes:
+    """Everything the server still sends until it closes the connection."""
+    data = client.pending
+    with suppress(ConnectionResetError, ssl.SSLError, TimeoutError):
+        while chunk := client.sock.recv(65536):
+            data += chunk
+    return data
+
+
+@pytest.mark.parametrize("trusted", [True, False], ids=["identity-trusted", "just-written"])
+def test_a_range_of_a_blob_changed_since_it_was_verified_is_never_served(
+    served: Served, monkeypatch: pytest.MonkeyPatch, trusted: bool
+) -> None:
+    """A blob verified once in a run, then changed in place: a range of it is cut off too.
+
+    Its file's identity is trusted (as for any blob not written in the last seconds), or, as
+    written just now, not trusted at all: either way the change is seen.
+    """
+    if trusted:
+        monkeypatch.setattr(blobs, "RACY_NS", 0)
+    client = Client(served)
+    client.tunnel()
+    client.send(get("/huge"))
+    assert client.answer()[2] == HUGE  # verified, and whole: rehashed while it streamed
+    path = blob_of(served, HUGE)
+    changed = bytes(255 - b for b in HUGE)  # same size, other bytes
+    original = path.stat()
+    path.chmod(0o644)
+    path.write_bytes(changed)
+    path.chmod(0o444)
+    os.utime(path, ns=(original.st_atime_ns, original.st_mtime_ns))  # even with its old mtime
+    client.send(get("/huge", "Range: bytes=10-4009"))
+    assert client.head().startswith("HTTP/1.1 206 ")  # sent before the blob is opened
+    rest = rest_of_connection(client)
+    assert changed[10:4010] not in rest
+    assert len(rest) < 4000  # cut off: never the whole part
+    assert served.proxy.stop() == 0
+    assert served.proxy.replay.stats.refused == 1
+    events = read_events(served.log)
+    assert [e["reason"] for e in events] == ["corrupt-blob"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link-to-fifo", "device"])
+@pytest.mark.parametrize("url", ["/large", "/medium"], ids=["streamed", "from-memory"])
+def test_a_blob_that_is_not_a_regular_file_met_mid_run_is_answered_502(
+    served: Served, tmp_path: Path, kind: str, url: str
+) -> None:
+    """A FIFO under a blob's name made the server wait forever for a writer."""
+    client = Client(served)
+    client.tunnel()
+    client.send(get("/small"))
+    assert client.answer()[2] == SMALL
+    body = LARGE if url == "/large" else MEDIUM
+    path = blob_of(served, body)
+    path.chmod(0o644)
+    path.unlink()
+    make_not_regular(path, kind, body=body, elsewhere=tmp_path / "elsewhere")
+    try:
+        client.send(get(url))
+        status, headers, _ = client.answer()
+        assert (status, headers["x-fetchproxy-refused"]) == (
+            "HTTP/1.1 502 Bad Gateway",
+            "corrupt-blob",
+        )
+        client.send(get("/small"))
+        assert client.answer()[2] == SMALL  # the connection is still in step
+    finally:
+        unblock_fifos(path, tmp_path / "elsewhere" / "fifo")
+    assert served.proxy.stop() == 0
+    assert [e["reason"] for e in read_events(served.log)] == ["corrupt-blob"]
+
+
+def test_serve_replay_meeting_a_link_to_dev_zero_answers_502_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    """The link made ``serve replay`` hash /dev/zero forever at 100 % CPU, deaf to SIGTERM."""
+    store = DiskStore(tmp_path / "store")
+    digest = store.put(LARGE)
+    lock = tmp_path / "fetchproxy.lock.toml"
+    write_lock(lock, Lock.from_fetches([entry(f"http://{HOST}/zero", LARGE, digest)]))
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "fetchproxy", "serve", "replay", "--lock", str(lock)),
+            *("--store", str(store.root), "--listen", "127.0.0.1:0"),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        port = int(line.rsplit(":", 1)[1])
+        path = store.blob_path(digest)
+        path.chmod(0o644)
+        path.unlink()  # mid-run: the blob was there when replay started
+        make_not_regular(path, "link-to-dev-zero", body=LARGE, elsewhere=tmp_path / "x")
+        with socket.create_connection(("127.0.0.1", port), timeout=DEADLINE) as sock:
+            sock.sendall(get(f"http://{HOST}/zero", host=HOST))
+            answer = b""
+            while b"\r\n" not in answer:
+                chunk = sock.recv(65536)
+                assert chunk, "closed without an answer"
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=SUBPROCESS_DEADLINE) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()

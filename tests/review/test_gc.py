@@ -152,14 +152,14 @@ def test_a_blob_touched_between_the_decision_and_the_rename_is_put_back(
     """A live record dedups the blob (the writer touches it) just as gc moves it aside."""
     unused = store.put(UNUSED)
     blob = store.blob_path(unused)
-    rename = Path.rename
+    rename = os.rename
 
-    def touched_first(self: Path, target: str | os.PathLike[str]) -> Path:
-        if self == blob:
-            os.utime(self, (later(), later()))  # the writer's touch wins the race
-        return rename(self, target)
+    def touched_first(src: str, dst: str, **dir_fds: int) -> None:
+        if src == blob.name:
+            os.utime(blob, (later(), later()))  # the writer's touch wins the race
+        rename(src, dst, **dir_fds)
 
-    monkeypatch.setattr(Path, "rename", touched_first)
+    monkeypatch.setattr(os, "rename", touched_first)
     report = collect_garbage(store, set(), now=later() - 60)
     assert report.removed_blobs == ()
     assert report.kept_recent == 1
@@ -173,15 +173,14 @@ def test_a_blob_published_again_after_the_rename_stays(
     """A live record stores the same bytes after gc moved the old copy away: its copy stays."""
     unused = store.put(UNUSED)
     blob = store.blob_path(unused)
-    rename = Path.rename
+    rename = os.rename
 
-    def then_published(self: Path, target: str | os.PathLike[str]) -> Path:
-        moved = rename(self, target)
-        if self == blob:
+    def then_published(src: str, dst: str, **dir_fds: int) -> None:
+        rename(src, dst, **dir_fds)
+        if src == blob.name:
             assert store.put(UNUSED) == unused
-        return moved
 
-    monkeypatch.setattr(Path, "rename", then_published)
+    monkeypatch.setattr(os, "rename", then_published)
     report = collect_garbage(store, set(), now=later())
     assert [b.digest for b in report.removed_blobs] == [unused]  # the old copy went
     assert store.open(unused).read_all() == UNUSED  # the new one is there
@@ -315,6 +314,128 @@ def test_report_text() -> None:
         "summary: would remove 0 blobs and 1 temp file, would free 5 B; kept 3 blobs used by "
         "1 lock, and 1 blob and 2 temp files newer than the grace period (1.5 h)\n"
     )
+
+
+# ------------------------------------------------------------------------------ links and odd files
+
+
+def lage(path: Path, seconds: float) -> None:
+    """``age`` for a symbolic link itself, not what it points to."""
+    then = time.time() - seconds
+    os.utime(path, (then, then), follow_symlinks=False)
+
+
+def test_nothing_is_removed_through_a_temp_dir_that_is_a_link(
+    store: DiskStore, tmp_path: Path
+) -> None:
+    store.put(UNUSED)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "blob-1-precious.tmp"
+    victim.write_bytes(b"not the store's")
+    age(victim, 2 * HOUR)
+    store.temp_dir.rmdir()
+    store.temp_dir.symlink_to(outside)
+    with pytest.raises(StoreError) as caught:
+        collect_garbage(store, set(), now=later())
+    assert str(caught.value) == (
+        f"cannot collect garbage in {store.root}: a symbolic link, not a directory of the "
+        f"store ({store.temp_dir}) — gc needs write access to the store"
+    )
+    assert victim.read_bytes() == b"not the store's"
+    assert store.contains(digest_bytes(UNUSED))
+
+
+def test_a_temp_file_that_is_a_link_is_judged_and_removed_itself_never_its_target(
+    store: DiskStore, tmp_path: Path
+) -> None:
+    target = tmp_path / "outside"
+    target.write_bytes(b"written just now, and not the store's")
+    store.temp_dir.mkdir(parents=True)
+    link = store.temp_dir / "blob-1-link.tmp"
+    link.symlink_to(target)
+    lage(link, 2 * HOUR)
+    report = collect_garbage(store, set(), grace=HOUR)
+    assert [t.path for t in report.removed_temp_files] == [link]
+    assert not os.path.lexists(link)
+    assert target.read_bytes() == b"written just now, and not the store's"
+
+
+def test_a_directory_named_like_a_temp_file_is_left_alone(store: DiskStore) -> None:
+    odd = store.temp_dir / "blob-1-dir.tmp"
+    odd.mkdir(parents=True)
+    age(odd, 2 * HOUR)
+    report = collect_garbage(store, set(), grace=HOUR)
+    assert (report.removed_temp_files, report.kept_recent_temp_files) == ((), 0)
+    assert odd.is_dir()
+
+
+def test_a_shard_that_is_a_link_is_not_the_store_s_and_nothing_in_it_is_removed(
+    store: DiskStore, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / ("0" * 62)
+    victim.write_bytes(b"named like a blob, not the store's")
+    age(victim, 2 * HOUR)
+    shard = store.root / "blake3" / "00"
+    shard.parent.mkdir(parents=True)
+    shard.symlink_to(outside)
+    assert list(store.digests()) == []
+    report = collect_garbage(store, set(), now=later())
+    assert report.removed_blobs == ()
+    assert victim.read_bytes() == b"named like a blob, not the store's"
+
+
+def test_a_blob_that_is_a_link_is_judged_and_removed_itself_never_its_target(
+    store: DiskStore, tmp_path: Path
+) -> None:
+    target = tmp_path / "outside"
+    target.write_bytes(UNUSED)  # written just now
+    digest = digest_bytes(UNUSED)
+    link = store.blob_path(digest)
+    link.parent.mkdir(parents=True)
+    link.symlink_to(target)
+    report = collect_garbage(store, set(), now=later())
+    # what it freed is the link's own size, not its target's
+    assert [(b.digest, b.size) for b in report.removed_blobs] == [(digest, len(str(target)))]
+    assert not os.path.lexists(link)
+    assert target.read_bytes() == UNUSED
+
+
+def test_a_directory_under_a_blob_s_name_is_left_to_store_verify_repair(store: DiskStore) -> None:
+    digest = digest_bytes(UNUSED)
+    odd = store.blob_path(digest)
+    odd.mkdir(parents=True)
+    age(odd, 2 * HOUR)
+    assert list(store.digests()) == [digest]  # a corrupt blob: not a regular file
+    report = collect_garbage(store, set(), now=later())
+    assert (report.removed_blobs, report.kept_recent) == ((), 1)
+    assert odd.is_dir()
+
+
+def test_a_blob_that_is_a_link_touched_during_removal_is_put_back_as_the_link(
+    store: DiskStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "outside"
+    target.write_bytes(UNUSED)
+    digest = digest_bytes(UNUSED)
+    link = store.blob_path(digest)
+    link.parent.mkdir(parents=True)
+    link.symlink_to(target)
+    rename = os.rename
+
+    def touched_first(src: str, dst: str, **dir_fds: int) -> None:
+        if src == link.name:
+            os.utime(link, (later(), later()), follow_symlinks=False)  # a writer's touch wins
+        rename(src, dst, **dir_fds)
+
+    monkeypatch.setattr(os, "rename", touched_first)
+    report = collect_garbage(store, set(), now=later() - 60)
+    assert (report.removed_blobs, report.kept_recent) == ((), 1)
+    assert link.is_symlink()  # the link itself, not a hard link to what it points to
+    assert link.readlink() == target
+    assert target.stat().st_nlink == 1
 
 
 # ------------------------------------------------------------------------------------------- CLI

@@ -12,7 +12,8 @@ from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.file import write_lock
 from fetchproxy.lock.model import Fetch, Lock
 from fetchproxy.store import DiskStore
-from tests.support.cli import run_command
+from tests.support.badblobs import KINDS, SUBPROCESS_DEADLINE, make_not_regular
+from tests.support.cli import run_command, run_fetchproxy
 
 BODY = b"a recorded body\n"
 OTHER = b"another recorded body\n"
@@ -112,3 +113,32 @@ def test_a_secret_parameter_of_the_project_config_is_named_too(
     err = capsys.readouterr().err
     assert "fetch[0] url has a secret query parameter (session)" in err
     assert "s3cret-value" not in err
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_body_that_is_not_a_regular_file_is_corrupt_and_checked_at_once(
+    tmp_path: Path, store: DiskStore, kind: str
+) -> None:
+    """A FIFO or a link to /dev/zero under a blob's name made ``lock verify`` hang."""
+    lock = tmp_path / "fetchproxy.lock.toml"
+    write_lock(lock, Lock.from_fetches([entry("a", BODY), entry("b", OTHER)]))
+    path = store.blob_path(digest_bytes(BODY))
+    path.chmod(0o644)
+    path.unlink()
+    make_not_regular(path, kind, body=BODY, elsewhere=tmp_path / "elsewhere")
+    checked = run_fetchproxy(
+        "lock",
+        "verify",
+        "--lock",
+        str(lock),
+        "--store",
+        str(store.root),
+        timeout=SUBPROCESS_DEADLINE,
+    )
+    assert checked.returncode == 1
+    assert checked.stderr == (
+        f"fetchproxy: corrupt: {path}: not a regular file ({KINDS[kind]})\n"
+        f"fetchproxy: {lock}: 1 of 2 bodies missing or corrupt\n"
+        "fetchproxy: record again to fetch missing bodies; `fetchproxy store verify --repair` "
+        "first moves corrupt ones aside\n"
+    )

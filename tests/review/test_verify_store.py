@@ -12,7 +12,8 @@ from fetchproxy.cli.options import NoStoreError
 from fetchproxy.digest import Digest, digest_bytes, hex_of
 from fetchproxy.review.verify import verify_store
 from fetchproxy.store import DiskStore, MissingBlobError, StoreError
-from tests.support.cli import run_command
+from tests.support.badblobs import KINDS, SUBPROCESS_DEADLINE, make_not_regular
+from tests.support.cli import run_command, run_fetchproxy
 
 GOOD = b"a good body"
 BAD = b"a body the disk will damage" * 40  # 1,080 bytes
@@ -144,15 +145,15 @@ def test_a_good_copy_published_before_the_move_is_put_back(
     bad = digest_bytes(BAD)
     damage(store, bad)
     blob = store.blob_path(bad)
-    rename = Path.rename
+    rename = os.rename
 
-    def republished_first(self: Path, target: str | os.PathLike[str]) -> Path:
-        if self == blob:
+    def republished_first(src: str, dst: str, **dir_fds: int) -> None:
+        if src == blob.name:
             blob.unlink()
             assert store.put(BAD) == bad
-        return rename(self, target)
+        rename(src, dst, **dir_fds)
 
-    monkeypatch.setattr(Path, "rename", republished_first)
+    monkeypatch.setattr(os, "rename", republished_first)
     report = verify_store(store, repair=True)
     assert report.clean
     assert store.open(bad).read_all() == BAD
@@ -187,3 +188,41 @@ def test_a_repair_the_store_refuses_is_an_error_naming_why(store: DiskStore) -> 
         f"({store.root}/corrupt) — --repair needs write access to the store"
     )
     assert store.blob_path(bad).exists()  # left where it was
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_blob_that_is_not_a_regular_file_is_reported_and_moved_aside(
+    store: DiskStore, tmp_path: Path, kind: str
+) -> None:
+    """As users run it (a process of its own: a regression hangs only that, until the timeout)."""
+    digest = digest_bytes(b"a body whose name holds no regular file")
+    path = store.blob_path(digest)
+    make_not_regular(path, kind, body=b"", elsewhere=tmp_path / "elsewhere")
+    before = os.lstat(path)
+    checked = run_fetchproxy(
+        "store", "verify", "--store", str(store.root), timeout=SUBPROCESS_DEADLINE
+    )
+    assert (checked.returncode, checked.stderr) == (1, "")
+    assert checked.stdout == (
+        f"fetchproxy store verify: {store.root}\n"
+        f"corrupt blob {digest} at {path}: not a regular file ({KINDS[kind]})\n"
+        "summary: 3 blobs checked (1.1 KiB), 1 corrupt — move it aside with "
+        "`fetchproxy store verify --repair`, then record again\n"
+    )
+    repaired = run_fetchproxy(
+        "store", "verify", "--repair", "--store", str(store.root), timeout=SUBPROCESS_DEADLINE
+    )
+    aside = store.root / "corrupt" / f"blake3-{hex_of(digest)}"
+    assert (repaired.returncode, repaired.stderr) == (1, "")
+    assert f"\n  moved to {aside}\n" in repaired.stdout
+    moved = os.lstat(aside)
+    assert (moved.st_ino, moved.st_mode) == (before.st_ino, before.st_mode)  # the entry itself
+    assert not os.path.lexists(path)
+    assert store.open(digest_bytes(GOOD)).read_all() == GOOD
+    again = run_fetchproxy(
+        "store", "verify", "--store", str(store.root), timeout=SUBPROCESS_DEADLINE
+    )
+    assert (again.returncode, again.stdout.splitlines()[-1]) == (
+        0,
+        "summary: 2 blobs checked (1.1 KiB), all intact",
+    )

@@ -26,12 +26,14 @@ from fetchproxy.store import (
     DiskStore,
     MemoryStore,
     MissingBlobError,
+    NotRegularBlobError,
     Store,
     StoreError,
     default_store_path,
 )
 from fetchproxy.store.layout import blob_relpath, digest_of_entry, is_temp_name
 from tests.support import REPO
+from tests.support.badblobs import KINDS, make_not_regular, within_deadline
 
 BODY = bytes(range(256)) * 1000  # 256,000 bytes
 BODY_DIGEST = digest_bytes(BODY)
@@ -264,6 +266,88 @@ class TestStoreConformance:
         assert not store.contains(digest)
         assert list(store.digests()) == [digest_bytes(OTHER)]
 
+    def test_a_reader_knows_which_file_it_has_open(self, store: Store) -> None:
+        digest = store.put(BODY)
+        with store.open(digest) as first, store.open(digest) as second:
+            assert first.identity is not None
+            assert first.identity == second.identity == first.current_identity()
+            assert first.identity.size == len(BODY)
+        corrupt(store, digest)
+        with store.open(digest) as damaged:
+            assert damaged.identity != first.identity
+
+    def test_check_rehashes_and_leaves_the_reader_to_be_read(self, store: Store) -> None:
+        digest = store.put(BODY)
+        with store.open(digest, chunk_size=100_000) as reader:
+            reader.check()
+            assert reader.read_all() == BODY
+        corrupt(store, digest)
+        with pytest.raises(CorruptBlobError, match=r"^corrupt blob in "), store.open(digest) as r:
+            r.check()
+
+    def test_a_part_is_read_from_its_offset(self, store: Store) -> None:
+        digest = store.put(BODY)
+        with store.open(digest, chunk_size=100_000) as reader:
+            parts = [bytes(piece) for piece in reader.part(50_000, 250_001)]
+        assert parts == [BODY[50_000:150_000], BODY[150_000:250_000], BODY[250_000:250_001]]
+        with store.open(digest) as reader:
+            assert list(reader.part(7, 7)) == []
+            with raises(ValueError, f"blob {digest} was already read; open it again"):
+                iter(reader)
+        with store.open(digest) as reader, pytest.raises(ValueError, match="not within"):
+            reader.part(0, len(BODY) + 1)
+
+    def test_prune_removes_only_blobs_unused_since_the_cutoff(self, store: Store) -> None:
+        digest = store.put(BODY)
+        store.put(OTHER)
+        assert store.prune(digest, older_than=time.time() - 3600) is None  # written just now
+        assert store.prune(digest, older_than=time.time() + 60, dry_run=True) == len(BODY)
+        assert store.contains(digest)
+        assert store.prune(digest, older_than=time.time() + 60) == len(BODY)
+        assert not store.contains(digest)
+        assert list(store.digests()) == [digest_bytes(OTHER)]
+        assert store.prune(digest, older_than=time.time() + 60) is None  # gone: nothing freed
+        assert store.restore_pruned() == 0
+        if isinstance(store, DiskStore):
+            assert list(store.temp_dir.iterdir()) == []
+
+    def test_a_blob_stored_again_counts_as_used(self, store: Store) -> None:
+        digest = store.put(BODY)
+        time.sleep(0.05)
+        decided = time.time()
+        time.sleep(0.05)
+        assert store.put(BODY) == digest  # a record fetched the same bytes again
+        assert store.prune(digest, older_than=decided) is None
+        assert store.open(digest).read_all() == BODY
+
+    def test_quarantine_moves_a_corrupt_blob_out_of_the_way_and_keeps_its_bytes(
+        self, store: Store
+    ) -> None:
+        digest = store.put(BODY)
+        store.put(OTHER)
+        assert store.quarantine(digest) is None  # intact: stays
+        assert store.open(digest).read_all() == BODY
+        assert store.quarantine(digest_bytes(b"never stored")) is None
+        damaged = bytes([BODY[0] ^ 1]) + BODY[1:]
+        names = []
+        for _round in range(2):  # damaged, repaired, recorded again, damaged again
+            corrupt(store, digest)
+            moved = store.quarantine(digest)
+            assert moved is not None
+            assert moved.digest == digest
+            names.append(moved.name)
+            assert not store.contains(digest)
+            assert list(store.digests()) == [digest_bytes(OTHER)]
+            if isinstance(store, DiskStore):
+                assert moved.path == store.quarantine_dir / moved.name
+                assert moved.path.read_bytes() == damaged
+            else:
+                assert isinstance(store, MemoryStore)
+                assert moved.path is None
+                assert store.quarantined[moved.name] == damaged
+            assert store.put(BODY) == digest
+        assert names == [f"blake3-{hex_of(digest)}", f"blake3-{hex_of(digest)}-2"]
+
     @pytest.mark.parametrize("bad", NOT_A_DIGEST)
     def test_malformed_digests_are_refused_before_any_lookup(self, store: Store, bad: str) -> None:
         name = Digest(bad)
@@ -274,6 +358,8 @@ class TestStoreConformance:
             store.remove,
             store.verify,
             store.blob_path,
+            store.quarantine,
+            lambda digest: store.prune(digest, older_than=0),
         ]
         for action in actions:
             with pytest.raises(ValueError, match="is not a digest"):
@@ -514,7 +600,6 @@ def test_listing_skips_junk(tmp_path: Path) -> None:
     for path in junk:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"junk")
-    (shard / ("1" * 62)).mkdir()  # a directory with a blob's name is not a blob
     (store.temp_dir / "unrelated").write_bytes(b"junk")
     assert list(store.digests()) == [digest]
     assert store.temp_files() == []
@@ -668,13 +753,15 @@ def test_file_systems_without_hard_links_fall_back_to_rename(
 def test_disk_error_other_than_missing_on_open(tmp_path: Path) -> None:
     store = DiskStore(tmp_path / "store")
     path = store.blob_path(BODY_DIGEST)
-    path.mkdir(parents=True)  # a directory where the blob should be
+    path.parent.parent.mkdir(parents=True)
+    path.parent.write_bytes(b"")  # a file where the shard directory should be
     with raises(
         StoreError,
-        f"cannot open blob {BODY_DIGEST}: Is a directory ({path}) — check the store's files and"
+        f"cannot open blob {BODY_DIGEST}: Not a directory ({path}) — check the store's files and"
         " permissions, or pick another store with --store or FETCHPROXY_STORE",
     ):
         store.open(BODY_DIGEST)
+    assert not store.contains(BODY_DIGEST)
 
 
 def test_repr(tmp_path: Path) -> None:
@@ -716,3 +803,33 @@ def test_default_store_path(environ: dict[str, str], expected: str) -> None:
 
 def test_default_store_path_without_home_uses_the_password_database() -> None:
     assert default_store_path({}) == Path.home() / ".cache" / "fetchproxy" / "store"
+
+
+# --- only regular files are blobs -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_blob_that_is_not_a_regular_file_is_a_corrupt_blob(tmp_path: Path, kind: str) -> None:
+    """A FIFO would hang a reader, a link to /dev/zero never end: both are refused at once."""
+    store = DiskStore(tmp_path / "store")
+    store.put(OTHER)
+    path = store.blob_path(BODY_DIGEST)
+    make_not_regular(path, kind, body=BODY, elsewhere=tmp_path / "elsewhere")
+    message = (
+        f"corrupt blob in {path}: not a regular file ({KINDS[kind]}); it will not be served. "
+        "`fetchproxy store verify --repair` moves it aside, then record again — "
+        f"{HINT}"
+    )
+    fifos = (path, tmp_path / "elsewhere" / "fifo")
+    assert store.contains(BODY_DIGEST)  # the name is taken, by a corrupt blob
+    assert list(store.digests()) == sorted([BODY_DIGEST, digest_bytes(OTHER)])
+    for action in (store.open, store.size_of, store.verify):
+        with pytest.raises(CorruptBlobError) as caught:
+            within_deadline(lambda action=action: action(BODY_DIGEST), fifos=fifos)  # type: ignore[misc]
+        assert str(caught.value) == message
+        assert isinstance(caught.value, NotRegularBlobError)
+        assert (caught.value.expected, caught.value.actual) == (BODY_DIGEST, None)
+        assert (caught.value.path, caught.value.kind) == (path, KINDS[kind])
+        assert caught.value.problem == f"not a regular file ({KINDS[kind]})"
+    if kind == "link-to-dev-zero":
+        assert stat.S_ISCHR(Path("/dev/zero").stat().st_mode)  # the target is left alone

@@ -68,8 +68,8 @@ SHAPES = [
         A,
         "pkg:pypi/demo@1.0?file_name=demo-1.0-py3-none-any.whl",
     ),
-    # npm: github.com/npm/registry/blob/main/docs/REGISTRY-API.md (packuments, tarballs);
-    # scoped packuments are asked for as /@scope%2Fname (docs.npmjs.com/cli/using-npm/scope)
+    # npm, after the registry API doc (github.com/npm/registry, docs/REGISTRY-API.md) for
+    # packuments and tarballs; scoped packuments are asked for as /@scope%2Fname
     ("https://registry.npmjs.org/lodash", M, "pkg:npm/lodash"),
     ("https://registry.npmjs.org/@types%2Fnode", M, "pkg:npm/%40types/node"),
     ("https://registry.npmjs.org/@types/node", M, "pkg:npm/%40types/node"),
@@ -230,8 +230,8 @@ SHAPES = [
         "pkg:deb/ubuntu/curl@8.5.0-2ubuntu10?arch=amd64",
     ),
     ("https://deb.debian.org/debian/dists/bookworm/InRelease", M, None),
-    # GitHub: docs.github.com/en/repositories/releasing-projects-on-github/linking-to-releases
-    # and .../working-with-files/using-files/downloading-source-code-archives
+    # GitHub, after its docs "Linking to releases" (releases/download/TAG/ASSET) and
+    # "Downloading source code archives" (refs/tags/TAG.zip and COMMIT.zip under archive)
     (
         "https://github.com/cli/cli/releases/download/v2.45.0/gh_2.45.0_linux_amd64.tar.gz",
         A,
@@ -306,7 +306,10 @@ def test_registry_names_the_layout_and_generic_has_none() -> None:
 def test_git_upload_pack_is_the_repository_fetched_with_its_vcs_url() -> None:
     found = identify("POST", "https://127.0.0.2:1234/srv/repo.git/git-upload-pack")
     assert found.role is A
-    assert str(found.purl) == "pkg:generic/repo?vcs_url=git%2Bhttps:%2F%2F127.0.0.2:1234%2Fsrv%2Frepo.git"
+    assert (
+        str(found.purl)
+        == "pkg:generic/repo?vcs_url=git%2Bhttps:%2F%2F127.0.0.2:1234%2Fsrv%2Frepo.git"
+    )
     on_github = identify("POST", "https://github.com/Cli/Cli.git/git-upload-pack")
     assert (on_github.role, str(on_github.purl)) == (A, "pkg:github/cli/cli")
 
@@ -431,9 +434,7 @@ def test_encoding_matches_the_purl_spec_vectors(purl: PackageURL, text: str) -> 
 
 def test_encoding_of_odd_characters() -> None:
     purl = PackageURL(type="generic", name="a b/c?d#e@f&g=h%i\u00fc\u2603", version="1+2")
-    assert str(purl) == (
-        "pkg:generic/a%20b%2Fc%3Fd%23e%40f%26g%3Dh%25i%C3%BC%E2%98%83@1%2B2"
-    )
+    assert str(purl) == ("pkg:generic/a%20b%2Fc%3Fd%23e%40f%26g%3Dh%25i%C3%BC%E2%98%83@1%2B2")
     # empty qualifier values are dropped; an empty subpath or dot segments vanish
     empty = PackageURL(type="generic", name="x", qualifiers=(("k", ""),), subpath=("", ".", ".."))
     assert str(empty) == "pkg:generic/x"
@@ -508,8 +509,27 @@ _HOSTS = st.sampled_from(
     ]
 )
 _MARKERS = st.sampled_from(
-    ["@v", "-", "pool", "maven2", "simple", "releases", "download", "archive", "api", "v1",
-     "crates", "refs", "tags", "list", "x.zip", "a-1.0.tgz", "a_1.0_amd64.deb", "a", "debian"]
+    [
+        "@v",
+        "-",
+        "pool",
+        "maven2",
+        "simple",
+        "releases",
+        "download",
+        "archive",
+        "api",
+        "v1",
+        "crates",
+        "refs",
+        "tags",
+        "list",
+        "x.zip",
+        "a-1.0.tgz",
+        "a_1.0_amd64.deb",
+        "a",
+        "debian",
+    ]
 )
 
 

@@ -220,9 +220,7 @@ def parse_envelope(data: bytes) -> Envelope:
     if not isinstance(signatures, list) or not signatures:
         raise EnvelopeError("not a DSSE envelope: signatures must be a non-empty list")
     if len(signatures) > MAX_SIGNATURES:
-        raise EnvelopeError(
-            f"{len(signatures)} signatures: more than {MAX_SIGNATURES} are refused"
-        )
+        raise EnvelopeError(f"{len(signatures)} signatures: more than {MAX_SIGNATURES} are refused")
     parsed = []
     for index, item in enumerate(signatures):
         if not isinstance(item, Mapping):

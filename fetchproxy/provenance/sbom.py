@@ -39,8 +39,15 @@ URI_BASE: Final = "https://fetchproxy.dev"
 MAX_REDIRECTS: Final = 10
 _TIMESTAMP_RE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 _SAFE_URI_RE: Final = re.compile(r"https?://[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+")
-"""A URL both specs' readers accept (an SPDX download location, a CycloneDX IRI). Lock URLs
-always are; an entry whose URL is not gets none (SPDX: NOASSERTION)."""
+"""A URL a CycloneDX reader accepts as an IRI. Lock URLs always are (they are normalized); an
+entry whose URL is not gets no external reference."""
+_SPDX_LOCATION_RE: Final = re.compile(
+    r"https?://(?:[a-z0-9]+(?:[-.][a-z0-9]+)*\.[a-z]{2,5})(?::[0-9]{1,5})?(?:/[^\s]*)?",
+    re.IGNORECASE,
+)
+"""SPDX 2.3's download location grammar for http(s) (section 7.7): a host *name* with a
+top-level domain of 2 to 5 letters. An IP address or a one-label host is not one; such a
+package's location is NOASSERTION and its URL goes into its comment."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -272,7 +279,8 @@ def _spdx_package(item: Component) -> dict[str, object]:
     package: dict[str, object] = {"SPDXID": f"SPDXRef-{item.ref}", "name": item.name}
     if item.purl is not None and item.purl.version and item.registry is not None:
         package["versionInfo"] = item.purl.version
-    package["downloadLocation"] = url if _SAFE_URI_RE.fullmatch(url) else "NOASSERTION"
+    located = bool(_SAFE_URI_RE.fullmatch(url) and _SPDX_LOCATION_RE.fullmatch(url))
+    package["downloadLocation"] = url if located else "NOASSERTION"
     package["filesAnalyzed"] = False
     package["checksums"] = [{"algorithm": "BLAKE3", "checksumValue": hex_of(item.entry.digest)}]
     if item.package_purl is not None:
@@ -287,7 +295,10 @@ def _spdx_package(item: Component) -> dict[str, object]:
         package["primaryPackagePurpose"] = "OTHER"
     else:
         package["primaryPackagePurpose"] = "LIBRARY" if item.registry is not None else "FILE"
-    package["comment"] = "; ".join(f"{n} = {v}" for n, v in item.properties())
+    notes = item.properties()
+    if not located:
+        notes.append(("fetchproxy:url", url))
+    package["comment"] = "; ".join(f"{n} = {v}" for n, v in notes)
     return package
 
 

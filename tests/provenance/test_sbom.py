@@ -16,10 +16,17 @@ from spdx_tools.spdx.validation.document_validator import validate_full_spdx_doc
 from spdx_tools.spdx.validation.validation_message import ValidationMessage
 
 from fetchproxy.digest import digest_bytes, hex_of
-from fetchproxy.provenance.entry import Entry
+from fetchproxy.lockfile import parse_lock
+from fetchproxy.provenance.entry import Entry, entry_from_fetch
 from fetchproxy.provenance.sbom import components, cyclonedx, render, spdx
-from fetchproxy.provenance.statement import LockReference
-from tests.provenance.docexamples import CREATED, LOCK_NAME, doc_block, example_lock
+from fetchproxy.provenance.statement import (
+    LockReference,
+    fetch_set_statement,
+    parse_statement,
+    serialize_statement,
+    statement_problems,
+)
+from tests.provenance.docexamples import CREATED, LOCK_NAME, RUN, doc_block, example_lock
 
 
 def entry(url: str, body: bytes = b"x", status: int = 200, **fields: object) -> Entry:
@@ -242,3 +249,104 @@ def test_the_examples_in_the_docs_are_what_the_example_lock_gives(tmp_path: Path
     assert doc_block("spdx") == render(document), render(document)
     assert spdx_messages(document, tmp_path) == []
     assert json.loads(doc_block("spdx"))["creationInfo"]["created"] == CREATED
+
+
+REPO = Path(__file__).parents[2]
+# The shapes the real-client tests record (tests/test_real_clients.py, tests/real_origins.py):
+# pip against a static PEP 503 index, git over smart HTTP.
+REAL_CLIENTS = """\
+version = 1
+
+[[fetch]]
+method = "GET"
+url = "https://127.0.0.2:40001/files/demo_pkg-1.0-py3-none-any.whl"
+status = 200
+digest = "blake3:04e0bb39f30b1a3feb89f536c93be15055482df748674b00d26e5a75777702e9"
+size = 3
+content-type = "application/octet-stream"
+
+[[fetch]]
+method = "GET"
+url = "https://127.0.0.2:40001/simple/demo-pkg/"
+accept = "application/vnd.pypi.simple.v1+json, text/html; q=0.01"
+status = 200
+digest = "blake3:6e46dd10defc9b56c29a6ec56b508c21f54c08192194e4df25bf36f0c9c3c279"
+size = 2
+content-type = "text/html"
+
+[[fetch]]
+method = "POST"
+url = "https://127.0.0.2:40002/repo.git/git-upload-pack"
+git-protocol = "version=2"
+body-digest = "blake3:af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
+status = 200
+digest = "blake3:04e0bb39f30b1a3feb89f536c93be15055482df748674b00d26e5a75777702e9"
+size = 3
+content-type = "application/x-git-upload-pack-result"
+
+[[fetch]]
+method = "GET"
+url = "https://127.0.0.2:40002/repo.git/info/refs?service=git-upload-pack"
+git-protocol = "version=2"
+status = 200
+digest = "blake3:af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
+size = 0
+content-type = "application/x-git-upload-pack-advertisement"
+"""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        (REPO / "lockfiles" / "demo.lock.toml").read_text(),
+        (REPO / "lockfiles" / "golden" / "v1-every-field.lock.toml").read_text(),
+        REAL_CLIENTS,
+    ],
+    ids=["demo", "every-field", "real-client-shapes"],
+)
+def test_locks_of_the_repository_give_valid_documents(text: str, tmp_path: Path) -> None:
+    lock = LockReference.of(LOCK_NAME, text.encode())
+    entries = [entry_from_fetch(f) for f in parse_lock(text, require_sorted=False).fetches]
+    bom = cyclonedx(entries, name=LOCK_NAME, fetchproxy_version="0.1.0", lock=lock)
+    assert cyclonedx_errors(bom) is None
+    document = spdx(entries, name=LOCK_NAME, created=CREATED, fetchproxy_version="0.1.0", lock=lock)
+    assert spdx_messages(document, tmp_path) == []
+    statement = fetch_set_statement(entries, lock=lock, run=RUN)
+    parsed = parse_statement(json.loads(serialize_statement(statement)))
+    assert statement_problems(parsed, lock_entries=entries, lock=lock) == []
+
+
+def test_the_real_client_shapes_are_named() -> None:
+    entries = [entry_from_fetch(f) for f in parse_lock(REAL_CLIENTS).fetches]
+    named = {c.entry.url: (c.role.value, str(c.purl)) for c in components(entries)}
+    assert named == {
+        "https://127.0.0.2:40001/files/demo_pkg-1.0-py3-none-any.whl": (
+            "artifact",
+            "pkg:pypi/demo-pkg@1.0?file_name=demo_pkg-1.0-py3-none-any.whl",
+        ),
+        "https://127.0.0.2:40001/simple/demo-pkg/": ("metadata", "pkg:pypi/demo-pkg"),
+        "https://127.0.0.2:40002/repo.git/info/refs?service=git-upload-pack": (
+            "metadata",
+            "pkg:generic/repo",
+        ),
+        "https://127.0.0.2:40002/repo.git/git-upload-pack": (
+            "artifact",
+            "pkg:generic/repo?vcs_url=git%2Bhttps:%2F%2F127.0.0.2:40002%2Frepo.git",
+        ),
+    }
+
+
+def test_spdx_locations_follow_its_grammar() -> None:
+    # SPDX 2.3 section 7.7: a download location's host is a name with a top-level domain;
+    # the real-client origins are IP addresses, so their URL moves into the comment.
+    entries = [entry_from_fetch(f) for f in parse_lock(REAL_CLIENTS).fetches]
+    document = as_json(spdx(entries, name=LOCK_NAME, created=CREATED, fetchproxy_version="0"))
+    wheel = next(p for p in document["packages"] if p.get("versionInfo") == "1.0")
+    assert wheel["downloadLocation"] == "NOASSERTION"
+    assert wheel["comment"].endswith(
+        "; fetchproxy:url = https://127.0.0.2:40001/files/demo_pkg-1.0-py3-none-any.whl"
+    )
+    named = as_json(spdx(MIXED, name=LOCK_NAME, created=CREATED, fetchproxy_version="0"))
+    assert any(
+        p["downloadLocation"] == "https://example.org/tools/install.sh" for p in named["packages"]
+    )

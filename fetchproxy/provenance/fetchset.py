@@ -1,0 +1,86 @@
+"""The fetch-set digest: one digest of the set of fetches a run used, or a lock holds.
+
+Independent of order, of duplicates and of the lock's text (its layout, comments, field order).
+The construction, precise enough for another tool to recompute it, is in ``docs/provenance.md``:
+
+1. Each entry becomes one line: the RFC 8785 canonical JSON of
+   ``{"key": {...}, "answer": {"status", "digest", "size", "headers"}}`` (:func:`entry_line`).
+2. The distinct lines are sorted bytewise.
+3. The digest is BLAKE3 over :data:`TAG` followed by each line and a newline
+   (:func:`fetch_set_bytes`), written ``blake3:<64 hex>`` like every digest fetchproxy shows.
+
+Canonical JSON has no raw newline, so the newline ends each line unambiguously; the tag keeps
+these bytes from ever meaning anything else, and names the version of the construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+import blake3
+
+from fetchproxy.digest import PREFIX, Digest
+from fetchproxy.errors import FetchproxyError
+from fetchproxy.provenance.entry import Entry
+from fetchproxy.provenance.jcs import canonical_json
+
+TAG: Final = b"fetchproxy fetch-set v1\n"
+"""What the hashed bytes start with: the construction's name and version."""
+
+
+class ConflictingAnswersError(FetchproxyError, ValueError):
+    """Two entries of one set have the same key and different answers."""
+
+
+def entry_object(entry: Entry) -> dict[str, object]:
+    """The JSON object of one entry: its key (lock field names) and its answer."""
+    return {
+        "key": entry.key_fields(),
+        "answer": {
+            "status": entry.status,
+            "digest": entry.digest,
+            "size": entry.size,
+            "headers": [[name, value] for name, value in entry.headers],
+        },
+    }
+
+
+def entry_line(entry: Entry) -> bytes:
+    """The canonical bytes of one entry, without the newline."""
+    return canonical_json(entry_object(entry))
+
+
+def fetch_set_lines(entries: Iterable[Entry]) -> list[bytes]:
+    """The sorted, distinct lines of ``entries``.
+
+    Raise :class:`ConflictingAnswersError` when two entries have one key and different
+    answers: a set of fetches holds one answer per request.
+    """
+    by_key: dict[bytes, tuple[Entry, bytes]] = {}
+    for entry in entries:
+        key = canonical_json(entry.key_fields())
+        line = entry_line(entry)
+        seen = by_key.get(key)
+        if seen is None:
+            by_key[key] = (entry, line)
+        elif seen[1] != line:
+            raise ConflictingAnswersError(
+                f"{entry.method} {entry.url}: two different answers to one request "
+                f"({seen[0].status}, {seen[0].digest} and {entry.status}, {entry.digest}) — "
+                "a fetch set holds one answer per request"
+            )
+    return sorted(line for _, line in by_key.values())
+
+
+def fetch_set_bytes(entries: Iterable[Entry]) -> bytes:
+    """Exactly the bytes the fetch-set digest hashes: :data:`TAG`, then each line and ``\\n``."""
+    return TAG + b"".join(line + b"\n" for line in fetch_set_lines(entries))
+
+
+def fetch_set_digest(entries: Iterable[Entry]) -> Digest:
+    """``blake3:<64 hex>`` of :func:`fetch_set_bytes`."""
+    hasher = blake3.blake3(TAG)
+    for line in fetch_set_lines(entries):
+        hasher.update(line + b"\n")
+    return Digest(PREFIX + hasher.hexdigest())

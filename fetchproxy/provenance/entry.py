@@ -16,7 +16,7 @@ from fetchproxy.digest import Digest, parse_digest
 from fetchproxy.errors import FetchproxyError
 
 if TYPE_CHECKING:
-    from fetchproxy.lock import Fetch
+    from fetchproxy.lock.model import Fetch
 
 _METHOD_RE: Final = re.compile(r"[A-Z][A-Z0-9!#$%&'*+.^_`|~-]*")
 _HEADER_NAME_RE: Final = re.compile(r"[a-z0-9!#$%&'*+.^_`|~-]+")
@@ -112,12 +112,13 @@ def entry_from_fetch(fetch: Fetch) -> Entry:
     headers = list(fetch.response_headers())
     if fetch.content_length is not None:
         headers.append(("content-length", str(fetch.content_length)))
+    key = fetch.key
     return Entry(
-        method=fetch.method,
-        url=fetch.url,
-        accept=fetch.accept,
-        git_protocol=fetch.git_protocol,
-        body_digest=fetch.body_digest,
+        method=key.method,
+        url=key.url,
+        accept=key.accept,
+        git_protocol=key.git_protocol,
+        body_digest=key.body_digest,
         status=fetch.status,
         digest=fetch.digest,
         size=fetch.size,

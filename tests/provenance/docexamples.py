@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fetchproxy.lockfile import parse_lock
+from fetchproxy.lock.file import parse_lock
 from fetchproxy.provenance.entry import Entry, entry_from_fetch
 from fetchproxy.provenance.statement import LockReference, RunFacts
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fetchproxy.digest import digest_bytes
-from fetchproxy.lockfile import parse_lock, render_lock
+from fetchproxy.lock.file import parse_lock, render_lock
 from fetchproxy.provenance.entry import Entry, InvalidEntryError, entry_from_fetch
 from fetchproxy.provenance.fetchset import (
     TAG,

@@ -16,7 +16,7 @@ from spdx_tools.spdx.validation.document_validator import validate_full_spdx_doc
 from spdx_tools.spdx.validation.validation_message import ValidationMessage
 
 from fetchproxy.digest import digest_bytes, hex_of
-from fetchproxy.lockfile import parse_lock
+from fetchproxy.lock.file import parse_lock
 from fetchproxy.provenance.entry import Entry, entry_from_fetch
 from fetchproxy.provenance.sbom import components, cyclonedx, render, spdx
 from fetchproxy.provenance.statement import (

@@ -12,7 +12,7 @@ from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
 from in_toto_attestation.v1.statement import Statement
 
 from fetchproxy.digest import digest_bytes, hex_of
-from fetchproxy.lockfile import parse_lock, render_lock
+from fetchproxy.lock.file import parse_lock, render_lock
 from fetchproxy.provenance.entry import Entry
 from fetchproxy.provenance.fetchset import fetch_set_digest
 from fetchproxy.provenance.jcs import canonical_json

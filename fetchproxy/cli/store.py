@@ -51,8 +51,7 @@ def add_arguments(parser: Parser, words: tuple[str, ...]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fetchproxy.review import gc  # noqa: PLC0415
-    from fetchproxy.review import verify as storeverify  # noqa: PLC0415
+    from fetchproxy.review import gc, storeverify  # noqa: PLC0415
 
     if args.words[1] == "gc":
         keep = gc.referenced_digests(args.keep_lock)  # before anything else: bad locks stop gc

@@ -1,1 +1,1 @@
-"""demo."""
+"""``fetchproxy demo``: the story (``story``) and its origin (``origin``)."""

@@ -25,7 +25,7 @@ import pytest
 
 from fetchproxy.lock.file import load_lock
 from fetchproxy.lock.journal import journal_path, read_journal
-from fetchproxy.review.verify import verify_store
+from fetchproxy.review.storeverify import verify_store
 from fetchproxy.store import DiskStore
 from tests.support.cli import run_fetchproxy
 

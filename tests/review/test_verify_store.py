@@ -10,7 +10,7 @@ import pytest
 
 from fetchproxy.cli.options import NoStoreError
 from fetchproxy.digest import Digest, digest_bytes, hex_of
-from fetchproxy.review.verify import verify_store
+from fetchproxy.review.storeverify import verify_store
 from fetchproxy.store import DiskStore, MissingBlobError, StoreError
 from tests.support.badblobs import KINDS, SUBPROCESS_DEADLINE, make_not_regular
 from tests.support.cli import run_command, run_fetchproxy

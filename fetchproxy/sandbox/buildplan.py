@@ -135,6 +135,7 @@ def prepare(
                 *hostfs.installation_paths(),
             ],
             homes=homes,
+            links=hostfs.installation_links(),
         )
         plan = mount_plan(paths=paths, files=files, user_namespace=user_namespace)
     except (ValueError, OSError) as error:

@@ -14,7 +14,7 @@ in the sandbox.
 """
 
 # Paths are plain strings here, normalized and compared as mountplan.py takes them.
-# ruff: noqa: PTH100, PTH102, PTH106, PTH108, PTH110, PTH114, PTH115, PTH117, PTH118, PTH120
+# ruff: noqa: PTH100, PTH102, PTH106, PTH108, PTH110, PTH114, PTH115, PTH117, PTH118, PTH119, PTH120
 
 from __future__ import annotations
 
@@ -97,6 +97,22 @@ def installation_paths() -> tuple[str, ...]:
         paths.add(os.path.join(sysconfig.get_config_var("LIBDIR") or "", library))
     real = {os.path.realpath(p) for p in paths if p and os.path.exists(p)}
     return tuple(sorted(real))
+
+
+@functools.cache
+def installation_links() -> tuple[tuple[str, str], ...]:
+    """The symlinks from ``sys.executable`` to the interpreter (a venv's ``python`` leads to
+    the base interpreter, often through a symlink beside it): (path, target)."""
+    links = []
+    path = os.path.abspath(sys.executable)
+    for _ in range(40):  # the kernel's own limit on symlinks in a row
+        path = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+        if not os.path.islink(path):
+            break
+        target = os.readlink(path)
+        links.append((path, target))
+        path = os.path.normpath(os.path.join(os.path.dirname(path), target))
+    return tuple(links)
 
 
 def home_dirs(env: Mapping[str, str]) -> list[str]:

@@ -13,7 +13,9 @@ The build gets a root of its own, built by the supervisor (``mounts.py``) and en
 - **Replaced trees**: a fresh ``/proc`` (kernel knobs read-only), the host's ``/sys``
   read-only, a private ``/dev`` (a few devices and a ``devpts`` of its own: no host terminal,
   disk or console), a private tmpfs over ``/tmp``, ``/run`` and the like.
-- **Fresh home** (optional): an empty tmpfs over the build's home directories.
+- **Fresh home** (optional): an empty tmpfs over the build's home directories. What must stay
+  visible under it (the working directory, fetchproxy's installation, kept paths) is bound
+  back, and the interpreter's symlinks on the way are made again.
 - **Binds**, in this order: the *writable* paths (the working directory and the ones the user
   names: the host's own files, changes persist); then the *read-only* ones (kept, protected and
   installation paths: the host's files, read-only even inside a writable path). Directories
@@ -147,6 +149,7 @@ class MountPlan:
     layers: tuple[Layer, ...]
     user_namespace: bool  # overlays need ``userxattr`` there
     tmpfs: tuple[Tmpfs, ...]  # private directories, then the fresh home
+    links: tuple[tuple[str, str], ...]  # made where missing (in a tmpfs), after the tmpfs
     binds: tuple[Bind, ...]
     files: tuple[tuple[str, bytes], ...]  # written read-only into FILES_DIR
     resolv_conf: ResolvConf | None
@@ -161,6 +164,7 @@ class MountPlan:
             "layers": [(layer.kind, layer.path, layer.mode, layer.target) for layer in self.layers],
             "overlay_options": ",userxattr" if self.user_namespace else "",
             "tmpfs": [(t.path, t.mode) for t in self.tmpfs],
+            "links": list(self.links),
             "binds": [(b.path, b.writable) for b in self.binds],
             "files_dir": FILES_DIR,
             "files": list(self.files),
@@ -301,6 +305,9 @@ class Paths:
     writable: Sequence[str] = ()  # persist
     readonly: Sequence[str] = ()  # kept, protected and installation paths
     homes: Sequence[str] = ()  # get an empty tmpfs (fresh home)
+    # (path, target): symlinks on the way to a read-only path (the interpreter's), made again
+    # where a tmpfs hides the host's
+    links: Sequence[tuple[str, str]] = ()
 
 
 def _check_binds(paths: Paths, private_dirs: Sequence[str]) -> None:
@@ -364,7 +371,8 @@ def plan_mounts(
         Tmpfs(path=d, mode=_ROOT_ONLY_WRITABLE if d == "/run" else _STICKY_WORLD_WRITABLE)
         for d in _outermost(private_dirs)
     ]
-    tmpfs += [Tmpfs(path=home, mode=_HOME_MODE) for home in _outermost(paths.homes)]
+    # every home, nested ones too: the build's HOME must exist in its parent's empty tmpfs
+    tmpfs += [Tmpfs(path=home, mode=_HOME_MODE) for home in sorted(set(paths.homes))]
     writable = _outermost([paths.cwd, *paths.writable])
     readonly = _outermost(paths.readonly)
     binds = [Bind(path=p, writable=True) for p in writable]
@@ -382,6 +390,7 @@ def plan_mounts(
         layers=tuple(layers),
         user_namespace=user_namespace,
         tmpfs=tuple(tmpfs),
+        links=tuple(sorted(set(paths.links))),
         binds=tuple(binds),
         files=tuple(sorted(files.items())),
         resolv_conf=resolv,

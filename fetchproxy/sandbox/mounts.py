@@ -144,6 +144,10 @@ def _replaced_trees(plan: dict[str, Any], readonly: list[str]) -> None:
         os.makedirs(inside(path), exist_ok=True)
         flags = linux.MS_NOSUID | linux.MS_NODEV
         linux.mount("tmpfs", inside(path), "tmpfs", flags, f"mode={mode:o}")
+    for path, target in plan["links"]:
+        if not os.path.lexists(inside(path)):  # the host's is visible everywhere but in a tmpfs
+            os.makedirs(os.path.dirname(inside(path)), exist_ok=True)
+            os.symlink(target, inside(path))
 
 
 def _files(plan: dict[str, Any]) -> None:

@@ -146,8 +146,12 @@ def test_each_private_directory_gets_a_tmpfs_unless_one_above_covers_it() -> Non
 
 
 def test_a_fresh_home_is_a_tmpfs_after_the_private_directories() -> None:
-    tmpfs = plan(cwd="/home/me/project", homes=("/home/me", "/root")).tmpfs
-    assert tmpfs[-2:] == (Tmpfs(path="/home/me", mode=0o700), Tmpfs(path="/root", mode=0o700))
+    tmpfs = plan(cwd="/home/me/project", homes=("/root/me", "/home/me", "/root")).tmpfs
+    assert tmpfs[-3:] == (
+        Tmpfs(path="/home/me", mode=0o700),
+        Tmpfs(path="/root", mode=0o700),
+        Tmpfs(path="/root/me", mode=0o700),  # HOME, inside the passwd entry's home
+    )
 
 
 def test_writable_paths_come_first_then_the_read_only_ones() -> None:
@@ -204,6 +208,7 @@ def test_the_spec_carries_everything_the_supervisor_needs() -> None:
         "layers": [("overlay", "/", 0o755, "")],
         "overlay_options": ",userxattr",
         "tmpfs": [("/dev/shm", 0o1777), ("/run", 0o755), ("/tmp", 0o1777), ("/var/tmp", 0o1777)],
+        "links": [],
         "binds": [("/tmp/work", True), ("/opt/venv", False)],
         "files_dir": "/run/fetchproxy",
         "files": [("a.pem", b"A"), ("b.pem", b"B")],

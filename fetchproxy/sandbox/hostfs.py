@@ -173,7 +173,8 @@ def _reserve(path: str) -> Placeholder:
         for directory in reversed(missing):
             os.mkdir(directory)
             made.append(directory)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(path, flags, 0o666)  # as the launcher would make it (the umask applies)
     except OSError:
         for directory in reversed(made):
             os.rmdir(directory)

@@ -102,7 +102,7 @@ def _layers(plan: dict[str, Any], sources: dict[str, int], readonly: list[str]) 
             os.symlink(target, where)
         elif path not in sources:
             continue
-        elif kind == "overlay":
+        elif kind == "overlay" and stat.S_ISDIR(os.fstat(sources[path]).st_mode):
             os.makedirs(where, exist_ok=True)
             upper, work = f"{LAYERS}/{index}/upper", f"{LAYERS}/{index}/work"
             os.makedirs(upper)
@@ -114,7 +114,7 @@ def _layers(plan: dict[str, Any], sources: dict[str, int], readonly: list[str]) 
             except OSError:  # not a directory, or a file system overlayfs refuses: read-only
                 _bind(sources[path], where)
                 readonly.append(path)
-        else:  # "file", "readonly": the host's, read-only
+        else:  # "file", "readonly", a file mounted on the host: the host's, read-only
             _bind(sources[path], where)
             readonly.append(path)
 

@@ -79,12 +79,16 @@ class Terminal:
         self._saved: list[Any] | None = None
         self._threads: list[Any] = []
         self.master, self.slave = os.openpty()  # from the sandbox's /dev/ptmx
-        source = plan["source"]
-        termios.tcsetattr(self.slave, termios.TCSANOW, termios.tcgetattr(source))
-        self.resize()
-        if plan["raw"]:
-            self._saved = termios.tcgetattr(0)
-            termios.tcsetattr(0, termios.TCSADRAIN, input_raw(self._saved))
+        try:
+            termios.tcsetattr(self.slave, termios.TCSANOW, termios.tcgetattr(plan["source"]))
+            self.resize()
+            if plan["raw"]:
+                self._saved = termios.tcgetattr(0)
+                termios.tcsetattr(0, termios.TCSADRAIN, input_raw(self._saved))
+        except termios.error as error:  # not an OSError: the supervisor reports OSErrors
+            os.close(self.master)
+            os.close(self.slave)
+            raise OSError(error.args[0], f"the build's terminal: {error.args[1]}") from None
 
     def resize(self) -> None:
         """Give the pty the user's terminal's window size (the kernel then sends SIGWINCH)."""

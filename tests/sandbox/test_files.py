@@ -12,7 +12,9 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import stat
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -454,3 +456,86 @@ def test_common_tools_work_inside_and_their_caches_vanish(builds: Builds, host_d
     ):
         assert name in listing, (name, listing)
     assert state(home) == before
+
+
+def test_host_sockets_outside_the_writable_paths_are_out_of_reach(
+    builds: Builds, host_dir: Path
+) -> None:
+    """A socket file seen through a throwaway layer is not the host's socket (nor is one on a
+    read-only bind: connecting needs write access); one in the working directory is."""
+    paths = [host_dir / "agent.sock", builds.directory / "own.sock"]
+    servers = []
+    try:
+        for path in paths:
+            server = socket.socket(socket.AF_UNIX)
+            server.bind(str(path))
+            server.listen()
+            servers.append(server)
+        report = builds.run(
+            "import errno, json, socket, sys\n"
+            "report = {}\n"
+            "for path in sys.argv[1:]:\n"
+            "    s = socket.socket(socket.AF_UNIX)\n"
+            "    try:\n"
+            "        s.connect(path)\n"
+            "        report[path] = 'connected'\n"
+            "    except OSError as e:\n"
+            "        report[path] = errno.errorcode[e.errno]\n"
+            "print(json.dumps(report))\n",
+            *map(str, paths),
+        ).json()
+    finally:
+        for server in servers:
+            server.close()
+    assert report == {str(paths[0]): "ECONNREFUSED", str(paths[1]): "connected"}
+
+
+def test_a_host_mount_that_is_not_a_directory_is_bound_read_only(
+    builds: Builds, host_dir: Path
+) -> None:
+    """As container runtimes bind files over /etc/hosts: no overlay can be made of a file, so
+    the build sees the host's file, read-only. The mount is the test's, in a mount namespace
+    of its own (the sandbox is built from the launcher's)."""
+    target = host_dir / "hosts"
+    target.write_text("the host's\n")
+    source = host_dir / "mounted"
+    source.write_text("mounted over it\n")
+    code = textwrap.dedent(
+        f"""
+        import errno, json, subprocess, sys
+        from pathlib import Path
+        from fetchproxy.sandbox import Sandbox, UserSandbox
+        subprocess.run(["mount", "--bind", {str(source)!r}, {str(target)!r}], check=True)
+        build = (
+            "import errno, json, sys\\n"
+            "report = {{'read': open(sys.argv[1]).read()}}\\n"
+            "try:\\n"
+            "    open(sys.argv[1], 'a').write('planted')\\n"
+            "    report['append'] = 'ok'\\n"
+            "except OSError as e:\\n"
+            "    report['append'] = errno.errorcode[e.errno]\\n"
+            "print(json.dumps(report))\\n"
+        )
+        with {type(builds.sandbox).__name__}() as sandbox:
+            out = open("inner.out", "wb")
+            status = sandbox.spawn(
+                [sys.executable, "-c", build, {str(target)!r}],
+                env={{"PATH": "/usr/bin:/bin"}},
+                stdout=out.fileno(),
+            ).wait()
+        print(status)
+        """
+    )
+    result = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", code],
+        cwd=builds.directory,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "0\n", "")
+    report = json.loads((builds.directory / "inner.out").read_text())
+    assert report == {"read": "mounted over it\n", "append": "EROFS"}
+    assert source.read_text() == "mounted over it\n"
+    assert target.read_text() == "the host's\n"

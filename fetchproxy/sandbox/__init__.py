@@ -1,4 +1,4 @@
-"""The network sandbox: a build whose only route leads to the proxy.
+"""The sandbox: a build whose only route leads to the proxy, and that changes nothing else.
 
 Per run, two fresh network namespaces joined by a veth pair (``netns.py``,
 configured over rtnetlink, ``rtnetlink.py``): the *sandbox*, where the build
@@ -7,12 +7,19 @@ runs, and the *edge*, where the caller binds the proxy's listening socket
 :meth:`Sandbox.in_edge`). The host namespace is never touched. Namespaces are
 held by file descriptors only, so nothing outlives the launcher.
 
-The build (``build.py`` on the launcher's side, ``supervisor.py`` as PID 1
-inside) runs in a new PID namespace, a private mount namespace planned by
-``mountplan.py`` (tmpfs over /tmp and /run, read-only kernel knobs, DNS that
-fails fast), and a user namespace that leaves it no capability over anything
-of the host's. ``linux.py`` wraps the system calls; ``support.py`` says
-whether all this is possible here. docs/sandbox.md has the guarantees.
+Per build, the launcher prepares (``buildplan.py``) what the supervisor is told:
+the build's mounts, decided without I/O (``mountplan.py``) from host facts
+(``hostfs.py``); its terminal (``terminal.py``); a seccomp filter refusing TIOCSTI
+and TIOCLINUX (``seccomp.py``). ``build.py`` starts the supervisor
+(``supervisor.py``), PID 1 of a new PID namespace, which carries the mounts out
+(``mounts.py``): a root of the build's own, where every host file system is a
+throwaway overlay, the working directory and writable paths are the host's, and
+the protected paths and fetchproxy's installation are read-only; a private /dev,
+/tmp, /run and /proc; then a user namespace that leaves the build no capability
+over anything of the host's and locks every mount. The build runs in a session
+of its own, on a pty of its own when it has a terminal. ``linux.py`` wraps the
+system calls; ``support.py`` says whether all this is possible here.
+docs/sandbox.md has the guarantees.
 
 Without root, :class:`UserSandbox` (``user.py``) builds what an unprivileged
 process can: a user namespace and a network namespace with only lo, where a

@@ -11,6 +11,9 @@ For the unprivileged sandbox (``user.py``) the launcher can neither join the
 network namespace nor create a PID namespace: an entry process of its own
 (``userns.py``) joins the sandbox's user and network namespaces, creates the
 PID namespace and forks the supervisor, which then maps its ids itself.
+
+Before that, ``buildplan.py`` prepares the supervisor's configuration: the build's file
+system, terminal, seccomp filter and environment.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from collections.abc import Mapping, Sequence
 from errno import EPERM
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from fetchproxy.sandbox import linux
 from fetchproxy.sandbox.bare import bare_command
-from fetchproxy.sandbox.mountplan import PRIVATE_DIR_CANDIDATES, MountPlan, plan_mounts
+from fetchproxy.sandbox.buildplan import Prepared, Stdio, prepare
 from fetchproxy.sandbox.netns import in_new_thread
 from fetchproxy.sandbox.supervisor import STEP_EXEC, LineReader, format_message, parse_message
 from fetchproxy.sandbox.support import NO_SANDBOX_HINT, BuildStartError, SandboxError
@@ -56,29 +60,6 @@ def identity_map(own_map: str) -> str:
     return "".join(lines)
 
 
-def private_dirs() -> list[str]:
-    """The directories that get a private tmpfs on this machine (real paths, deduplicated)."""
-    found = []
-    for candidate in PRIVATE_DIR_CANDIDATES:
-        real = os.path.realpath(candidate)
-        if Path(real).is_dir() and real not in found:
-            found.append(real)
-    return found
-
-
-def mount_plan(*, cwd: str, keep: Sequence[str], files: Mapping[str, bytes]) -> MountPlan:
-    resolv_conf = None
-    if os.path.lexists("/etc/resolv.conf"):
-        resolv_conf = os.path.realpath("/etc/resolv.conf")
-    return plan_mounts(
-        private_dirs=private_dirs(),
-        keep=[cwd, *(os.path.realpath(p) for p in keep)],
-        files=files,
-        resolv_conf=resolv_conf,
-        resolv_conf_exists=resolv_conf is not None and Path(resolv_conf).exists(),
-    )
-
-
 class BuildProcess:
     """A build running in the sandbox, used like a :class:`subprocess.Popen`.
 
@@ -87,9 +68,12 @@ class BuildProcess:
     build; SIGKILL kills the supervisor and with it everything in the sandbox.
     """
 
-    def __init__(self, process: subprocess.Popen[bytes], control: socket.socket) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], control: socket.socket, prepared: Prepared
+    ) -> None:
         self._process = process
         self._control = control
+        self._prepared = prepared
         self.pid = process.pid
         self.returncode: int | None = None
 
@@ -125,18 +109,22 @@ class BuildProcess:
                     if verb == "status":
                         status = int(arguments[0])
             self._control.close()
+            self._prepared.restore_terminal()  # the supervisor did, unless it was killed
             if status is None:  # the supervisor itself was killed
                 self.returncode = self._process.returncode
             else:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
-
-_Stdio = tuple[int | None, int | None, int | None]
+    def release(self) -> None:
+        """Remove the placeholders made for absent protected paths (see ``hostfs.py``) that are
+        still empty. Call it once the launcher has written what it writes there; the sandbox's
+        ``close`` does."""
+        self._prepared.release()
 
 
 def _start_bare(
-    module: str, args: tuple[str, ...], pass_fds: tuple[int, ...], stdio: _Stdio
+    module: str, args: tuple[str, ...], pass_fds: tuple[int, ...], stdio: Stdio
 ) -> subprocess.Popen[bytes]:
     """Start ``module`` in a bare interpreter from /, with ``args`` and then ``pass_fds``."""
     return subprocess.Popen(
@@ -150,7 +138,7 @@ def _start_bare(
 
 
 def _start_supervisor(
-    netns_fd: int, pass_fds: tuple[int, ...], stdio: _Stdio
+    netns_fd: int, pass_fds: tuple[int, ...], stdio: Stdio
 ) -> subprocess.Popen[bytes]:
     """Start the supervisor as PID 1 of a new PID namespace inside the sandbox's network."""
 
@@ -163,7 +151,7 @@ def _start_supervisor(
 
 
 def _start_entry(
-    userns_fd: int, netns_fd: int, pass_fds: tuple[int, ...], stdio: _Stdio
+    userns_fd: int, netns_fd: int, pass_fds: tuple[int, ...], stdio: Stdio
 ) -> subprocess.Popen[bytes]:
     """Start the supervisor through ``userns.py``'s entry, which joins the user sandbox."""
     fds = (userns_fd, netns_fd, *pass_fds)
@@ -206,6 +194,9 @@ def spawn(
     cwd: Path | None = None,
     files: Mapping[str, bytes] | None = None,
     keep: Sequence[Path] = (),
+    writable: Sequence[Path] = (),
+    protected: Sequence[Path] = (),
+    fresh_home: bool = False,
     stdin: int | None = None,
     stdout: int | None = None,
     stderr: int | None = None,
@@ -213,31 +204,50 @@ def spawn(
 ) -> BuildProcess:
     """Run ``argv`` in the sandbox whose network namespace is ``netns_fd``.
 
-    ``stdin``, ``stdout``, ``stderr``: file descriptors for the build; None
-    inherits the launcher's. ``userns_fd``: the user namespace that owns
+    See :meth:`BuildOwner.spawn`. ``userns_fd``: the user namespace that owns
     ``netns_fd``, for the unprivileged sandbox.
     """
     if not argv:
         raise ValueError("the build command is empty")
-    real_cwd = os.path.realpath(cwd if cwd is not None else Path.cwd())
+    stdio = (stdin, stdout, stderr)
+    prepared = prepare(
+        argv,
+        env=env,
+        cwd=cwd,
+        files=files or {},
+        keep=keep,
+        writable=writable,
+        protected=protected,
+        fresh_home=fresh_home,
+        stdio=stdio,
+        user_namespace=userns_fd is not None,
+    )
     try:
-        plan = mount_plan(cwd=real_cwd, keep=[str(p) for p in keep], files=files or {})
-    except ValueError as error:
-        raise SandboxError(f"cannot run the build in the sandbox: {error}") from error
-    config = {
-        "argv": list(argv),
-        "env": dict(env),
-        "cwd": real_cwd,
-        "plan": plan.to_spec(),
-        "map_self": userns_fd is not None,
-    }
+        process, parent = _start(netns_fd, userns_fd, prepared.config, stdio)
+        try:
+            _handshake(process, parent, argv, user=userns_fd is not None)
+        except BaseException:
+            process.kill()
+            process.wait()
+            parent.close()
+            raise
+    except BaseException:
+        prepared.undo()
+        raise
+    return BuildProcess(process, parent, prepared)
+
+
+def _start(
+    netns_fd: int, userns_fd: int | None, config: dict[str, Any], stdio: Stdio
+) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    """Start the supervisor with ``config``; the process and the launcher's end of its socket."""
     config_fd = os.memfd_create("fetchproxy-sandbox-config")
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         with os.fdopen(os.dup(config_fd), "wb") as f:
             marshal.dump(config, f)
         os.lseek(config_fd, 0, os.SEEK_SET)
-        fds, stdio = (child.fileno(), config_fd), (stdin, stdout, stderr)
+        fds = (child.fileno(), config_fd)
         if userns_fd is None:
             process = _start_supervisor(netns_fd, fds, stdio)
         else:
@@ -248,14 +258,7 @@ def spawn(
     finally:
         child.close()
         os.close(config_fd)
-    try:
-        _handshake(process, parent, argv, user=userns_fd is not None)
-    except BaseException:
-        process.kill()
-        process.wait()
-        parent.close()
-        raise
-    return BuildProcess(process, parent)
+    return process, parent
 
 
 def _handshake(
@@ -299,12 +302,14 @@ class BuildOwner(abc.ABC):
         self.close()
 
     def close(self) -> None:
-        """Kill the builds still running (a subclass then drops its namespaces)."""
+        """Kill the builds still running, release their placeholders (a subclass then drops its
+        namespaces)."""
         builds, self._builds = self._builds, []
         for build in builds:
             if build.poll() is None:
                 build.kill()
                 build.wait()
+            build.release()
 
     @abc.abstractmethod
     def _build_namespaces(self) -> tuple[int, int | None]:
@@ -318,17 +323,27 @@ class BuildOwner(abc.ABC):
         cwd: Path | None = None,
         files: Mapping[str, bytes] | None = None,
         keep: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
+        protected: Sequence[Path] = (),
+        fresh_home: bool = False,
         stdin: int | None = None,
         stdout: int | None = None,
         stderr: int | None = None,
     ) -> BuildProcess:
         """Run ``argv`` in the sandbox; see docs/sandbox.md for what the build sees.
 
-        ``env`` is the build's whole environment (PATH is looked up in it);
-        ``cwd`` defaults to the current directory and stays visible even under
-        /tmp; ``files`` appear read-only as /run/fetchproxy/<name>; ``keep``:
-        more host paths under /tmp, /run, ... that the build must see;
-        ``stdin``/``stdout``/``stderr``: descriptors, None to inherit.
+        ``env`` is the build's whole environment (PATH is looked up in it); ``cwd``
+        defaults to the current directory. What the build writes persists only in ``cwd``
+        and in ``writable`` (made as directories when missing); everywhere else it lands in
+        a throwaway layer. ``protected``: host paths read-only to the build even inside
+        those (the store, the lock, the journal, the event log); an absent one inside them
+        is reserved by an empty file until :meth:`close`. fetchproxy's own installation is
+        always read-only. ``keep``: more host paths the build must see under /tmp, /run, or
+        a fresh home (read-only). ``fresh_home``: an empty tmpfs over the build's home
+        directories (``HOME``, and the passwd entry's), with ``XDG_*_HOME`` set inside.
+        ``files`` appear read-only as /run/fetchproxy/<name>. ``stdin``/``stdout``/``stderr``:
+        descriptors, None to inherit; a terminal among them is relayed through a pty of the
+        sandbox's own.
         """
         netns_fd, userns_fd = self._build_namespaces()
         build = spawn(
@@ -338,6 +353,9 @@ class BuildOwner(abc.ABC):
             cwd=cwd,
             files=files,
             keep=keep,
+            writable=writable,
+            protected=protected,
+            fresh_home=fresh_home,
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,

@@ -1,9 +1,10 @@
 """The Linux system calls the sandbox needs and Python 3.11 lacks, via ctypes.
 
-``unshare``, ``setns``, ``mount`` and ``prctl`` raise :class:`OSError` with the
-errno and the call's name, like the ``os`` functions they stand in for. This
-module imports only the standard library: the sandbox's supervisor process runs
-it in a bare interpreter (``python -I -S``).
+``unshare``, ``setns``, ``mount``, ``umount2``, ``pivot_root``, ``prctl`` and
+``install_seccomp_filter`` raise :class:`OSError` with the errno and the call's
+name, like the ``os`` functions they stand in for. This module imports only the
+standard library: the sandbox's supervisor process runs it in a bare interpreter
+(``python -I -S``).
 """
 
 from __future__ import annotations
@@ -30,8 +31,15 @@ MS_PRIVATE = 0x40000
 MS_RELATIME = 0x200000
 MS_STRICTATIME = 0x1000000
 
+MNT_DETACH = 0x2
+
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+
+# pivot_root(2) has no libc wrapper; its number per machine (os.uname().machine).
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 
 # Per-mount flags as /proc/self/mountinfo spells them; a read-only bind
 # remount must repeat them or it clears them.
@@ -56,6 +64,8 @@ _libc.mount.argtypes = [
     ctypes.c_ulong,
     ctypes.c_char_p,
 ]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.syscall.restype = ctypes.c_long
 _libc.prctl.argtypes = [
     ctypes.c_int,
     ctypes.c_ulong,
@@ -104,9 +114,38 @@ def mount(
     )
 
 
+def umount2(target: str, flags: int = 0) -> None:
+    """umount2(2); ``target`` is named in the error."""
+    _check(_libc.umount2(os.fsencode(target), flags), "umount2", target)
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    """pivot_root(2): make ``new_root`` the root of this mount namespace."""
+    number = _SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise OSError(38, f"pivot_root: no system call number known for {os.uname().machine}")
+    _check(_libc.syscall(number, os.fsencode(new_root), os.fsencode(put_old)), "pivot_root")
+
+
 def prctl(option: int, arg2: int = 0) -> None:
     """prctl(2) with one argument."""
     _check(_libc.prctl(option, arg2, 0, 0, 0), "prctl")
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
+def install_seccomp_filter(program: bytes) -> None:
+    """Install a classic BPF seccomp filter (``struct sock_filter`` records, 8 bytes each).
+
+    Without ``no_new_privs`` the kernel requires CAP_SYS_ADMIN in the calling thread's user
+    namespace: the build's root has it in its own.
+    """
+    code = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.addressof(code))
+    result = _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0)
+    _check(result, "prctl(PR_SET_SECCOMP)")
 
 
 def write_proc_file(path: str, data: str) -> None:
@@ -145,6 +184,18 @@ def parse_mountinfo(text: str) -> list[tuple[str, tuple[str, ...]]]:
         fields = line.split(" ")
         if len(fields) >= 6:
             mounts.append((_unescape(fields[4]), tuple(fields[5].split(","))))
+    return mounts
+
+
+def parse_mount_types(text: str) -> list[tuple[str, str]]:
+    """(mount point, file system type) for each line of /proc/<pid>/mountinfo, in order."""
+    mounts = []
+    for line in text.splitlines():
+        fields = line.split(" ")
+        # optional fields end with a lone "-"; the file system type follows it
+        separator = fields.index("-", 6) if "-" in fields[6:] else len(fields)
+        if separator + 1 < len(fields):
+            mounts.append((_unescape(fields[4]), fields[separator + 1]))
     return mounts
 
 

@@ -6,17 +6,22 @@ descriptors: a control socket and a memfd with the configuration (a
 ``marshal``-ed dict: the same interpreter writes and reads it). Then, as real
 root:
 
-1. a private mount and IPC namespace, and the mount plan carried out (tmpfs
-   over /tmp, /run, ...; the files; resolv.conf; a fresh /proc with the kernel
-   knobs read-only; /sys read-only);
+1. a private mount and IPC namespace, and the mount plan carried out
+   (``mounts.py``): a root of the build's own made of throwaway layers over the
+   host's file systems, the working directory and writable paths bound in, the
+   protected ones read-only, a fresh /proc, a private /dev, tmpfs over /tmp,
+   /run, ...; then ``pivot_root`` into it. When the build has a terminal, its
+   pty (``terminal.py``);
 2. ``unshare(CLONE_NEWUSER | CLONE_NEWNS)``: from here on it holds no
    capability over any host namespace, and every mount above is locked. It
    asks the launcher (``map``) to write its identity uid/gid maps and waits
    for ``go`` (in the unprivileged sandbox, where the launcher may not write
    them, it maps its one id itself);
-3. forks and execs the build, reports ``running`` or ``error``; passes on to
-   the build the signals the launcher sends (a terminal's signals reach the
-   build directly, and the launcher's copy of one is dropped);
+3. forks and execs the build in a session of its own, with the seccomp filter
+   (``seccomp.py``) that refuses TIOCSTI and TIOCLINUX; reports ``running`` or
+   ``error``; relays the pty; passes on to the build the signals the launcher
+   sends, and the ones the terminal sends the launcher's process group (the
+   build is not in it), dropping the launcher's copy of such a one;
 4. when the build exits, reports ``status`` and exits; the kernel then kills
    whatever the build left running in the namespace. When the control socket
    reaches EOF the launcher is gone: it exits at once, to the same effect.
@@ -26,24 +31,25 @@ paid for by every build.
 """
 
 # os.path, not pathlib: importing pathlib would cost every build ~4 ms.
-# ruff: noqa: PTH103, PTH110, PTH118, PTH120, PTH123
 
 from __future__ import annotations
 
 import marshal
 import os
 import signal
-import stat
 import sys
 import threading
 import time
 
 from fetchproxy.sandbox import linux
+from fetchproxy.sandbox.mounts import apply_mount_plan
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs every build ~3 ms
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any, NoReturn
+    from typing import NoReturn
+
+    from fetchproxy.sandbox.terminal import Terminal
 
 FORWARDED_SIGNALS = (
     signal.SIGHUP,
@@ -57,14 +63,15 @@ FORWARDED_SIGNALS = (
 )
 SI_USER = 0  # si_code of kill(2)
 SI_KERNEL = 0x80  # si_code of a signal from the kernel, such as a terminal's Ctrl-C
-# A launcher that passes on the SIGINT it got from the terminal would deliver
-# it twice: the build, in the terminal's foreground group, got it already.
-# The launcher's copy is dropped when the terminal's came this recently.
+# The build is in a session of its own, so a signal the user's terminal sends
+# its foreground group (Ctrl-C when input is not relayed raw, a hangup) reaches
+# the launcher and the supervisor, and the supervisor passes it on. A launcher
+# that passes on its own copy too would deliver it twice: the launcher's copy
+# is dropped when the terminal's came this recently.
 TERMINAL_ECHO = 1.0
 EXIT_SETUP_FAILED = 125
 STEP_SETUP = "setup"
 STEP_EXEC = "exec"
-_LOCKED_DOWN = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
 
 
 # The control protocol: one message per line, "<verb>[ <arguments>]".
@@ -113,78 +120,6 @@ def send(fd: int, verb: str, *arguments: object) -> None:
         data = data[os.write(fd, data) :]
 
 
-def bind_readonly(path: str) -> None:
-    linux.mount(path, path, None, linux.MS_BIND | linux.MS_REC)
-    remount_readonly(path, _LOCKED_DOWN)
-
-
-def remount_readonly(path: str, flags: int) -> None:
-    # MS_BIND: change this mount only, never the file system (shared with the host).
-    linux.mount(None, path, None, linux.MS_BIND | linux.MS_REMOUNT | linux.MS_RDONLY | flags)
-
-
-def write_file(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
-    try:
-        while data:
-            data = data[os.write(fd, data) :]
-    finally:
-        os.close(fd)
-
-
-def keep_in_place(path: str, fd: int) -> None:
-    """Bind the host's ``path`` (open as ``fd``) back into the tmpfs now over it."""
-    if stat.S_ISDIR(os.fstat(fd).st_mode):
-        os.makedirs(path, exist_ok=True)
-    else:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
-    linux.mount(f"/proc/self/fd/{fd}", path, None, linux.MS_BIND | linux.MS_REC)
-
-
-def readonly_tree(top: str) -> None:
-    """Make ``top`` and every mount below it read-only, keeping each one's flags."""
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-        mounts = linux.parse_mountinfo(f.read())
-    for point, options in mounts:
-        if linux.is_under(point, top):
-            flags = 0
-            for option in options:
-                flags |= linux.MOUNT_OPTION_FLAGS.get(option, 0)
-            remount_readonly(point, flags)
-
-
-def apply_mount_plan(plan: dict[str, Any]) -> None:
-    """Carry out ``MountPlan.to_spec()`` (see mountplan.py) in a new mount namespace."""
-    linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
-    kept = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in plan["keep"]}
-    for path, mode in plan["tmpfs"]:
-        linux.mount("tmpfs", path, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, f"mode={mode:o}")
-    for path, fd in kept.items():
-        keep_in_place(path, fd)
-        os.close(fd)
-    files_dir = plan["files_dir"]
-    os.makedirs(files_dir, mode=0o755)
-    for name, data in plan["files"]:
-        write_file(os.path.join(files_dir, name), data)
-    if plan["resolv_conf"] is not None:
-        path, bind = plan["resolv_conf"]
-        if bind:
-            write_file(plan["resolv_conf_copy"], plan["resolv_conf_content"])
-            linux.mount(plan["resolv_conf_copy"], path, None, linux.MS_BIND)
-            remount_readonly(path, _LOCKED_DOWN)
-        else:
-            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-            write_file(path, plan["resolv_conf_content"])
-    bind_readonly(files_dir)
-    linux.mount("proc", "/proc", "proc", _LOCKED_DOWN)
-    for path in plan["proc_readonly"]:
-        if os.path.exists(path):
-            bind_readonly(path)
-    for top in plan["readonly_trees"]:
-        readonly_tree(top)
-
-
 def map_own_ids() -> None:
     """Map uid and gid 0 to 0 of the parent user namespace: the one id it has there.
 
@@ -212,7 +147,13 @@ def enter_user_namespace(control: int, reader: LineReader, *, map_self: bool) ->
         raise OSError(0, f"uid {os.getuid()} gid {os.getgid()} in the user namespace, not 0")
 
 
-def start_build(argv: list[str], env: dict[str, str], cwd: str) -> int:
+def start_build(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    terminal: Terminal | None,
+    seccomp: bytes | None,
+) -> int:
     """Fork and exec the build; OSError if the exec failed."""
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
@@ -222,7 +163,12 @@ def start_build(argv: list[str], env: dict[str, str], cwd: str) -> int:
             signal.pthread_sigmask(signal.SIG_SETMASK, ())
             for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # ignored by Python
                 signal.signal(sig, signal.SIG_DFL)
+            os.setsid()  # no controlling terminal: not the user's
+            if terminal is not None:
+                terminal.attach()
             os.chdir(cwd)
+            if seccomp is not None:
+                linux.install_seccomp_filter(seccomp)
             os.execvpe(argv[0], argv, env)  # noqa: S606 - the user's build command, as given
         except OSError as error:
             os.write(write_end, f"{error.errno} {error.strerror}".encode())
@@ -240,22 +186,36 @@ def start_build(argv: list[str], env: dict[str, str], cwd: str) -> int:
     return pid
 
 
-def watch_launcher(control: int) -> None:
+def watch_launcher(control: int, terminal: Terminal | None) -> None:
     """Exit (killing the namespace) as soon as the launcher's end of the socket closes."""
     try:
         while os.read(control, 4096):
             pass
     finally:
+        if terminal is not None:
+            terminal.restore()
         os._exit(EXIT_SETUP_FAILED)
 
 
-def supervise(control: int, build: int) -> NoReturn:
+def from_the_terminal(signo: int, build: int, terminal: Terminal | None) -> None:
+    """Pass on a signal the user's terminal sent: to the build's terminal's foreground group."""
+    try:
+        if signo == signal.SIGWINCH and terminal is not None:
+            terminal.resize()  # the build's terminal then sends SIGWINCH itself
+        else:
+            os.killpg(build if terminal is None else terminal.foreground_group(), signo)
+    except OSError:
+        pass  # the build is gone, or its terminal
+
+
+def supervise(control: int, build: int, terminal: Terminal | None) -> NoReturn:
     from_terminal: dict[int, float] = {}
     while True:
         info = signal.sigwaitinfo({signal.SIGCHLD, *FORWARDED_SIGNALS})
         if info.si_signo != signal.SIGCHLD:
-            if info.si_code == SI_KERNEL:  # a terminal's: the build, in its group, got it too
+            if info.si_code == SI_KERNEL:  # the user's terminal's
                 from_terminal[info.si_signo] = time.monotonic()
+                from_the_terminal(info.si_signo, build, terminal)
             # si_pid is 0 for a sender outside this PID namespace: the launcher.
             elif info.si_code == SI_USER and info.si_pid == 0:
                 if time.monotonic() - from_terminal.get(info.si_signo, -TERMINAL_ECHO) < (
@@ -275,6 +235,8 @@ def supervise(control: int, build: int) -> NoReturn:
             if pid == 0:
                 break
             if pid == build:
+                if terminal is not None:
+                    terminal.finish()
                 try:
                     send(control, "status", status)
                 finally:
@@ -288,23 +250,34 @@ def main(args: list[str]) -> NoReturn:
         config = marshal.load(f)  # noqa: S302 - written by our launcher, same interpreter
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD, *FORWARDED_SIGNALS})
     step = STEP_SETUP
+    terminal = None
+    if config["terminal"] is not None:  # imported before the host's files are out of sight
+        from fetchproxy.sandbox.terminal import Terminal  # noqa: PLC0415 - only then
     try:
         linux.prctl(linux.PR_SET_DUMPABLE, 0)
         linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWIPC)
         apply_mount_plan(config["plan"])
+        if config["terminal"] is not None:
+            terminal = Terminal(config["terminal"])
         enter_user_namespace(
             control,
             LineReader(lambda size: os.read(control, size)),
             map_self=config.get("map_self", False),
         )
         step = STEP_EXEC
-        build = start_build(config["argv"], config["env"], config["cwd"])
+        build = start_build(
+            config["argv"], config["env"], config["cwd"], terminal, config["seccomp"]
+        )
     except OSError as error:
+        if terminal is not None:
+            terminal.restore()
         send(control, "error", error.errno or 0, step, error_detail(error))
         os._exit(EXIT_SETUP_FAILED)
+    if terminal is not None:
+        terminal.start()
     send(control, "running")
-    threading.Thread(target=watch_launcher, args=(control,), daemon=True).start()
-    supervise(control, build)
+    threading.Thread(target=watch_launcher, args=(control, terminal), daemon=True).start()
+    supervise(control, build, terminal)
 
 
 if __name__ == "__main__":

@@ -67,26 +67,41 @@ class Builds:
         self._count = 0
 
     def start(
-        self, code: str, *args: str, files: Mapping[str, bytes] | None = None
+        self,
+        code: str,
+        *args: str,
+        files: Mapping[str, bytes] | None = None,
+        env: Mapping[str, str] = BUILD_ENV,
+        **options: Any,
     ) -> tuple[BuildProcess, Path, Path]:
+        """Start ``python -c code args``; ``options``: more of ``spawn``'s (``writable``, ...)."""
         self._count += 1
         stdout = self.directory / f"build-{self._count}.out"
         stderr = self.directory / f"build-{self._count}.err"
         with stdout.open("wb") as out, stderr.open("wb") as err:
             build = self.sandbox.spawn(
                 [sys.executable, "-I", "-c", code, *args],
-                env=BUILD_ENV,
+                env=env,
                 cwd=self.directory,
                 keep=PYTHON,
                 files=files,
                 stdout=out.fileno(),
                 stderr=err.fileno(),
+                **options,
             )
         return build, stdout, stderr
 
-    def run(self, code: str, *args: str, files: Mapping[str, bytes] | None = None) -> BuildResult:
-        build, stdout, stderr = self.start(code, *args, files=files)
-        returncode = build.wait(timeout=30)
+    def run(
+        self,
+        code: str,
+        *args: str,
+        files: Mapping[str, bytes] | None = None,
+        env: Mapping[str, str] = BUILD_ENV,
+        timeout: float = 30,
+        **options: Any,
+    ) -> BuildResult:
+        build, stdout, stderr = self.start(code, *args, files=files, env=env, **options)
+        returncode = build.wait(timeout=timeout)
         return BuildResult(returncode, stdout.read_text(), stderr.read_text())
 
 

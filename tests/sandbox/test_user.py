@@ -440,9 +440,9 @@ def test_exit_codes_and_signals_are_reported_like_subprocess(builds: Builds) -> 
     assert stdout.read_text() == "ready\nTrue\n"
 
 
-def test_an_unknown_command_is_reported_with_its_name(sandbox: UserSandbox) -> None:
+def test_an_unknown_command_is_reported_with_its_name(sandbox: UserSandbox, tmp_path: Path) -> None:
     with pytest.raises(SandboxError) as raised:
-        sandbox.spawn(["no-such-command-here"], env=BUILD_ENV, cwd=Path("/"))
+        sandbox.spawn(["no-such-command-here"], env=BUILD_ENV, cwd=tmp_path)
     assert str(raised.value) == (
         "cannot run the build command 'no-such-command-here' in the sandbox: "
         "No such file or directory"

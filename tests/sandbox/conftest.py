@@ -225,7 +225,7 @@ def launched(
             launcher.stdout.close()
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> float:
+def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> float:
     """Seconds until ``predicate()`` held; fails the test after ``timeout``."""
     start = time.monotonic()
     while not predicate():
@@ -313,7 +313,7 @@ class NamespaceWatch:
             self._socket.send(rtnetlink.message(self._RTM_NEWNSID, flags, 100 + nsid, body))
             self.alive.add(nsid)
 
-    def wait_until_destroyed(self, timeout: float = 5.0) -> float:
+    def wait_until_destroyed(self, timeout: float = 60.0) -> float:
         """Seconds until every watched namespace was destroyed; fails after ``timeout``."""
         start = time.monotonic()
         self._socket.settimeout(timeout)

@@ -119,7 +119,7 @@ def launched_in(
 
 
 def report(directory: Path, name: str = "report.json") -> object:
-    wait_for((directory / name).exists, timeout=30)
+    wait_for((directory / name).exists)
     time.sleep(0.05)  # written in one go, but let the writer finish
     return json.loads((directory / name).read_text())
 
@@ -320,7 +320,7 @@ def test_the_terminal_is_restored_after_the_launcher_is_killed(kind: str, tmp_pa
             """the terminal's settings as they were"""
             return termios.tcgetattr(terminal.device) == terminal.settings
 
-        wait_for(restored, timeout=5)
+        wait_for(restored)
     assert raw != terminal.settings  # input was raw while the build ran
     assert raw[3] & termios.ISIG == 0
 

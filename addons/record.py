@@ -15,10 +15,14 @@ writes the lock when mitmproxy shuts down.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
+import socket
+from collections.abc import Collection
 from pathlib import Path
 
 from mitmproxy import addonmanager, ctx, exceptions, http
+from mitmproxy.proxy import server_hooks
 
 from fetchproxy.addons import flows
 from fetchproxy.addons.answers import LockAnswers
@@ -27,6 +31,12 @@ from fetchproxy.keys.request import RequestKey
 from fetchproxy.keys.rules import HostMismatchError, KeyRules
 from fetchproxy.lock.config import config_path_for, load_config
 from fetchproxy.record.book import RecordBook
+from fetchproxy.record.origins import (
+    IPAddress,
+    OriginPolicy,
+    origin_of,
+    shown_origin,
+)
 from fetchproxy.record.rules import (
     STRIPPED_REQUEST_HEADERS,
     UPSTREAM_ACCEPT_ENCODING,
@@ -34,7 +44,14 @@ from fetchproxy.record.rules import (
     is_recordable,
 )
 from fetchproxy.replay.blobs import VerifiedBlobs
-from fetchproxy.replay.decisions import HOST_MISMATCH, INVALID_REQUEST, answer_for, invalid_request
+from fetchproxy.replay.decisions import (
+    HOST_MISMATCH,
+    INVALID_REQUEST,
+    ORIGIN_NOT_ALLOWED,
+    answer_for,
+    invalid_request,
+    refusal,
+)
 from fetchproxy.store import BlobWriter, Store, StoreError, open_store
 
 logger = logging.getLogger("fetchproxy.record")
@@ -77,14 +94,20 @@ class Record:
         *,
         store: Store | None = None,
         rules: KeyRules | None = None,
+        origins: OriginPolicy | None = None,
+        own_addresses: Collection[IPAddress] = (),
     ) -> None:
         self._embedded = book is not None
         self.book = book
         self.store = store
         self.rules = rules or KeyRules()
+        self.origins = origins or OriginPolicy(guard_host=False)
+        self.own_addresses = frozenset(own_addresses)
         self.answers: LockAnswers | None = None
         self._pending: set[str] = set()
         """Flows forwarded upstream whose answer is not yet stored (or failed)."""
+        self._checked: dict[tuple[str, int], str] = {}
+        """Origins the policy allowed, with the address checked: the one connected to."""
 
     # ------------------------------------------------------------------------- stock mitmproxy
 
@@ -153,11 +176,60 @@ class Record:
             return
         if await self._answer_kept(flow, key):
             return
+        problem = await self._origin_problem(*origin_of(key.url))
+        if problem is not None:
+            refused = refusal(key, lock_name=str(book.lock_path), reason=ORIGIN_NOT_ALLOWED)
+            flow.response = flows.response_from(flow, refused.answer, refused.text)
+            flow.metadata[_ANSWERED] = True
+            book.refused(ORIGIN_NOT_ALLOWED, key=key, error=problem)
+            logger.warning("record: refused %s %s: %s", key.method, key.url, problem)
+            return
+        book.reached(shown_origin(key.url))
         headers = flow.request.headers
         for name in STRIPPED_REQUEST_HEADERS:
             headers.pop(name, None)
         headers["accept-encoding"] = UPSTREAM_ACCEPT_ENCODING
         self._pending.add(flow.id)
+
+    async def _origin_problem(self, host: str, port: int) -> str | None:
+        """Why record may not reach ``host:port`` (None: it may). The address it checked is
+        kept for ``server_connect``, so the connection goes where the check looked; a name
+        that does not resolve is left for ``server_connect`` to fail."""
+        name = host.strip("[]")
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                name, port, type=socket.SOCK_STREAM
+            )
+        except OSError:
+            return None
+        addresses = [ipaddress.ip_address(info[4][0]) for info in infos]
+        problem = self.origins.check(host, port, addresses, self.own_addresses)
+        if problem is None and addresses:
+            self._checked[(name, port)] = str(addresses[0])
+        return problem
+
+    async def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
+        """Connect where the origin check looked; check what no request hook saw (raw TCP)."""
+        server = data.server
+        if server.address is None or (
+            self.answers is not None and self.answers.is_blob_server(server.address)
+        ):
+            return
+        host, port = str(server.address[0]), int(server.address[1])
+        checked = self._checked.get((host, port))
+        if checked is None:
+            shown = f"[{host}]" if ":" in host else host.lower()
+            problem = await self._origin_problem(shown, port)
+            checked = self._checked.get((host, port))
+            if problem is not None or checked is None:
+                why = problem or f"{shown}:{port}: the name does not resolve"
+                server.error = f"fetchproxy: {why}"
+                if problem is not None:
+                    logger.warning("record: refused a connection to %s:%s: %s", host, port, why)
+                return
+        if server.sni is None and not _is_address(host):
+            server.sni = host
+        server.address = (checked, port)
 
     async def _answer_kept(self, flow: http.HTTPFlow, key: RequestKey) -> bool:
         """With --keep: answer from the existing lock when it holds the request."""
@@ -293,6 +365,14 @@ class Record:
             result = self.book.finish()
             where = "written" if result.written else f"unchanged ({result.reason})"
             logger.info("record: %s: %s", self.book.lock_path, where)
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 addons = [Record()]

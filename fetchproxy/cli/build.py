@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fetchproxy.cli.options import (
     Parser,
@@ -12,6 +14,9 @@ from fetchproxy.cli.options import (
     add_store,
     upstream_ca,
 )
+
+if TYPE_CHECKING:
+    from fetchproxy.lock.config import Config
 
 HTTP2_HELP = {
     "record": "speak HTTP/2 with clients and origins that offer it (off by default: slower "
@@ -29,9 +34,37 @@ UPSTREAM_CA_HELP = (
     "also trust the CA certificates in this PEM file for upstream TLS, e.g. an origin's own CA "
     "(repeatable)"
 )
+ALLOW_HELP = (
+    "reach only origins this pattern matches: host, host:port or *.domain[:port] (repeatable; "
+    "adds to fetchproxy.toml's [record] allow). A pattern naming a loopback or other "
+    "host-local address exactly is what lets a sandboxed build's record reach it"
+)
 EXACT_HELP = (
     "fail (exit 3) also when lock entries go unused: the build must use exactly the lock (for CI)"
 )
+
+
+def origin_pattern(value: str) -> str:
+    """``--allow-origin PATTERN``: a pattern :class:`OriginPattern` takes."""
+    from fetchproxy.record.origins import OriginPattern, OriginPatternError  # noqa: PLC0415
+
+    try:
+        OriginPattern.parse(value)
+    except OriginPatternError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def config_origins(config: Config) -> tuple[str, ...]:
+    """``[record] allow`` of ``config``, each checked: a bad one names the file."""
+    from fetchproxy.record.origins import OriginPattern, OriginPatternError  # noqa: PLC0415
+
+    for pattern in config.allow:
+        try:
+            OriginPattern.parse(pattern)
+        except OriginPatternError as exc:
+            raise UsageError(f"{config.path}: record.allow: {exc}") from None
+    return config.allow
 
 
 def add_proxy_options(parser: argparse.ArgumentParser, *, mode: str) -> None:
@@ -44,6 +77,14 @@ def add_proxy_options(parser: argparse.ArgumentParser, *, mode: str) -> None:
     if mode != "replay":
         prefix = "record: " if mode == "serve" else ""
         parser.add_argument("--keep", action="store_true", help=prefix + KEEP_HELP)
+        parser.add_argument(
+            "--allow-origin",
+            type=origin_pattern,
+            action="append",
+            default=[],
+            metavar="PATTERN",
+            help=prefix + ALLOW_HELP,
+        )
         parser.add_argument(
             "--upstream-ca",
             type=upstream_ca,
@@ -80,6 +121,22 @@ def add_arguments(parser: Parser, words: tuple[str, ...]) -> None:
         "are covered)",
     )
     parser.add_argument(
+        "--writable",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="let the build write PATH and keep what it writes there (repeatable; adds to "
+        "fetchproxy.toml's [sandbox] writable); everything else it writes outside its "
+        "working directory is thrown away with the run",
+    )
+    parser.add_argument(
+        "--fresh-home",
+        action="store_true",
+        help="give the build an empty $HOME and XDG directories, so no warm tool cache answers "
+        "what a fresh CI machine would fetch (for a complete record)",
+    )
+    parser.add_argument(
         "build",
         nargs=argparse.REMAINDER,
         metavar="-- BUILD...",
@@ -98,6 +155,10 @@ def run(args: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise UsageError(f"`fetchproxy {mode}` needs a build: fetchproxy {mode} -- BUILD...")
+    if args.no_sandbox and (args.writable or args.fresh_home):
+        option = "--writable" if args.writable else "--fresh-home"
+        raise UsageError(f"{option} shapes the sandbox's file system: it needs the sandbox")
+    config = load_config(config_path_for(args.lock))
     request = RunRequest(
         mode=mode,
         argv=argv,
@@ -109,6 +170,9 @@ def run(args: argparse.Namespace) -> int:
         keep=getattr(args, "keep", False),
         exact=getattr(args, "exact", False),
         http2=args.http2,
-        rules=load_config(config_path_for(args.lock)).rules,
+        rules=config.rules,
+        allow=(*config_origins(config), *getattr(args, "allow_origin", ())),
+        writable=(*config.writable, *args.writable),
+        fresh_home=args.fresh_home,
     )
     return run_build(request)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from fetchproxy.cli.build import add_proxy_options
+from fetchproxy.cli.build import add_proxy_options, config_origins
 from fetchproxy.cli.options import Parser, listen_address
 
 _MODE_OPTIONS = (
     ("keep", "--keep", "record"),
+    ("allow_origin", "--allow-origin", "record"),
     ("upstream_ca", "--upstream-ca", "record"),
     ("exact", "--exact", "replay"),
 )
@@ -44,10 +45,12 @@ def _mode_problem(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from fetchproxy.ca import ensure_persistent_ca, persistent_ca_dir  # noqa: PLC0415
     from fetchproxy.lock.config import config_path_for, load_config  # noqa: PLC0415
+    from fetchproxy.record.origins import OriginPolicy  # noqa: PLC0415
     from fetchproxy.run.serve import serve  # noqa: PLC0415
     from fetchproxy.run.settings import ProxySettings  # noqa: PLC0415
     from fetchproxy.store import open_store  # noqa: PLC0415
 
+    config = load_config(config_path_for(args.lock))
     confdir = persistent_ca_dir()
     ensure_persistent_ca(confdir)
     host, port = args.listen
@@ -63,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         keep=args.keep,
         exact=args.exact,
         http2=args.http2,
-        rules=load_config(config_path_for(args.lock)).rules,
+        rules=config.rules,
+        origins=OriginPolicy.of((*config_origins(config), *args.allow_origin), guard_host=False),
     )
     return serve(settings)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from fetchproxy.demo.origin import BASE, DemoOrigin
+from fetchproxy.demo.origin import BASE, HOST, PORT, DemoOrigin
 from fetchproxy.sandbox import available_sandbox
 
 BUILD = f"""\
@@ -179,6 +179,8 @@ def _story(demo: Demo, directory: Path) -> None:
         demo.fetchproxy(
             "record",
             *demo.run_flags(),
+            "--allow-origin",
+            f"{HOST}:{PORT}",
             "--upstream-ca",
             origin.ca_path.name,
             "--",
@@ -216,6 +218,8 @@ def _story(demo: Demo, directory: Path) -> None:
         demo.fetchproxy(
             "record",
             *demo.run_flags(),
+            "--allow-origin",
+            f"{HOST}:{PORT}",
             "--upstream-ca",
             origin.ca_path.name,
             "--lock",

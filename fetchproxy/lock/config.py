@@ -1,20 +1,31 @@
 """The project's ``fetchproxy.toml``: settings that must be the same wherever a lock is used.
 
-Record and replay of one lock must key requests alike, so settings that change keys live in a
-file committed beside the lock, not in command-line flags that one CI job could forget::
+Record and replay of one lock must key requests alike, reach the same origins and give the
+build the same sandbox, so those settings live in a file committed beside the lock, not in
+command-line flags that one CI job could forget::
 
     [fetchproxy]
     # query parameters removed from every key, in addition to the built-in list
     secret-params = ["session", "X-Signed"]
 
-The file is looked up beside the lock. Unknown keys are refused with the file and line, so a typo
-cannot silently leave a secret in a lock.
+    [record]
+    # the origins record may reach (host or host:port, "*." for subdomains); none: any origin
+    # except the host's own and link-local addresses
+    allow = ["files.example.org", "*.pythonhosted.org", "127.0.0.2:18443"]
+
+    [sandbox]
+    # paths the build may write that outlive the run (relative to this file, or ~/...)
+    writable = ["~/.cache/pip"]
+
+The file is looked up beside the lock. Unknown tables and keys are refused with the file and
+line, so a typo cannot silently leave a secret in a lock or an origin open. Every table, key
+and type is in :data:`SETTINGS`, the one list the loader and the docs go by.
 """
 
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +34,6 @@ from fetchproxy.keys.rules import KeyRules
 from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS
 
 CONFIG_NAME = "fetchproxy.toml"
-_KNOWN = ("secret-params",)
 
 
 class ConfigError(FetchproxyError, ValueError):
@@ -31,9 +41,30 @@ class ConfigError(FetchproxyError, ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Setting:
+    table: str
+    key: str
+    example: str
+    """What a good value looks like, for the message when one is not."""
+
+
+SETTINGS = (
+    Setting("fetchproxy", "secret-params", '["session", "X-Signed"]'),
+    Setting("record", "allow", '["files.example.org", "*.example.net:8443"]'),
+    Setting("sandbox", "writable", '["~/.cache/pip", "build-cache"]'),
+)
+"""Every setting: a list of non-empty strings each, in table ``table``."""
+_TABLES = tuple(dict.fromkeys(s.table for s in SETTINGS))
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS
     """The built-in secret parameters plus the project's."""
+    allow: tuple[str, ...] = ()
+    """``[record] allow``: the origin patterns record may reach."""
+    writable: tuple[Path, ...] = ()
+    """``[sandbox] writable``: absolute paths the build may write that outlive the run."""
     path: Path | None = None
 
     @property
@@ -63,33 +94,65 @@ def parse_config(text: str, *, path: Path) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    unknown_tables = sorted(set(data) - {"fetchproxy"})
-    if unknown_tables:
-        raise ConfigError(
-            f"{path}:{_line_of(text, unknown_tables[0])}: unknown table or key "
-            f"{unknown_tables[0]!r} — settings go in a [fetchproxy] table"
-        )
-    table = data.get("fetchproxy", {})
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{path}: `fetchproxy` must be a table ([fetchproxy])")
-    for key in table:
-        if key not in _KNOWN:
+    line_of = _lines(text)
+    for name in data:
+        if name not in _TABLES:
             raise ConfigError(
-                f"{path}:{_line_of(text, key)}: fetchproxy.{key}: unknown setting — "
-                f"the settings are {', '.join(_KNOWN)}"
+                f"{path}:{line_of(None, name)}: unknown table or key {name!r} — settings go in "
+                f"the tables {', '.join(f'[{t}]' for t in _TABLES)}"
             )
-    extra = table.get("secret-params", [])
-    if not isinstance(extra, list) or not all(isinstance(p, str) and p for p in extra):
-        raise ConfigError(
-            f"{path}:{_line_of(text, 'secret-params')}: fetchproxy.secret-params: must be a "
-            'list of parameter names, e.g. ["session", "X-Signed"]'
-        )
-    return Config(secret_params=DEFAULT_SECRET_PARAMS | frozenset(extra), path=path)
+    values: dict[str, tuple[str, ...]] = {}
+    for table_name, table in data.items():
+        if not isinstance(table, dict):
+            raise ConfigError(
+                f"{path}:{line_of(None, table_name)}: `{table_name}` must be a table "
+                f"([{table_name}])"
+            )
+        known = [s for s in SETTINGS if s.table == table_name]
+        for key, value in table.items():
+            setting = next((s for s in known if s.key == key), None)
+            if setting is None:
+                raise ConfigError(
+                    f"{path}:{line_of(table_name, key)}: {table_name}.{key}: unknown setting — "
+                    f"the settings of [{table_name}] are {', '.join(s.key for s in known)}"
+                )
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise ConfigError(
+                    f"{path}:{line_of(table_name, key)}: {table_name}.{key}: must be a list of "
+                    f"non-empty strings, e.g. {setting.example}"
+                )
+            values[f"{table_name}.{key}"] = tuple(value)
+    base = path.parent
+    return Config(
+        secret_params=DEFAULT_SECRET_PARAMS | frozenset(values.get("fetchproxy.secret-params", ())),
+        allow=values.get("record.allow", ()),
+        writable=tuple(_path(base, p) for p in values.get("sandbox.writable", ())),
+        path=path,
+    )
 
 
-def _line_of(text: str, key: str) -> int:
-    for number, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip().strip("[]").strip()
-        if stripped.startswith((key, f'"{key}"')):
-            return number
-    return 1
+def _path(base: Path, value: str) -> Path:
+    """A path setting: ``~/…`` in the user's home, relative ones beside the config file."""
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def _lines(text: str) -> Callable[[str | None, str], int]:
+    """``line_of(table, key)``: the line of ``key`` (in ``[table]``, or at the top level)."""
+    lines = text.splitlines()
+
+    def line_of(table: str | None, key: str) -> int:
+        current: str | None = None
+        for number, line in enumerate(lines, 1):
+            stripped = line.strip()
+            if stripped.startswith("["):
+                current = stripped.strip("[]").strip().strip('"')
+                if table is None and current == key:
+                    return number
+                continue
+            name = stripped.partition("=")[0].strip().strip('"')
+            if name == key and current == table:
+                return number
+        return 1
+
+    return line_of

@@ -32,7 +32,13 @@ from fetchproxy.lock.eventlog import (
     default_log_path,
 )
 from fetchproxy.lock.file import LockFileError, load_lock, write_lock
-from fetchproxy.lock.journal import Journal, journal_mode, journal_path, read_journal
+from fetchproxy.lock.journal import (
+    Journal,
+    journal_mode,
+    journal_path,
+    journal_state,
+    read_journal,
+)
 from fetchproxy.lock.model import Fetch, Lock
 from fetchproxy.store import Store, StoreError
 from fetchproxy.text import counted
@@ -89,6 +95,8 @@ class RecordBook:
         self.fetches: dict[RequestKey, Fetch] = {}
         self.stats = RecordStats()
         self.journal = Journal(journal_path(lock_path), keep=keep)
+        self.origins: set[str] = set()
+        """The origins (``host`` or ``host:port``) this run reached for the build."""
 
     @classmethod
     def open(cls, lock_path: Path, store: Store, log: Path | None, *, keep: bool) -> RecordBook:
@@ -99,18 +107,31 @@ class RecordBook:
         anything is changed.
         """
         journal = journal_path(lock_path)
-        if journal.exists() or journal.is_symlink():
+        state = journal_state(journal)
+        if state == "in-use":
+            raise RecordStartError(
+                f"{journal}: another record of {lock_path} is running; wait for it to end"
+            )
+        if state == "left":
             raise RecordStartError(
                 f"{journal}: a record that was interrupted or failed left this journal; run "
                 f"`fetchproxy lock recover --lock {lock_path}` to keep what it fetched, "
                 "or delete it to start afresh"
             )
+        if state == "left-empty":  # a run killed before its first fetch: it holds nothing
+            journal.unlink(missing_ok=True)
         check_writable(lock_path, "record writes the lock and its journal there (--lock PATH)")
         log_path = log or default_log_path(lock_path)
         check_writable_log(log_path)
         store.check_writable()
         previous = _lock_as_it_is(lock_path)
-        return cls(lock_path, keep=keep, previous=previous, events=EventLog(log_path))
+        book = cls(lock_path, keep=keep, previous=previous, events=EventLog(log_path))
+        try:
+            book.journal.create()
+        except OSError as exc:
+            book.events.close()
+            raise write_error(journal, exc, "record writes its journal beside the lock") from None
+        return book
 
     def kept_answer(self, key: RequestKey) -> Fetch | None:
         """With ``keep``: the existing lock's entry for ``key``, to answer from the store."""
@@ -143,6 +164,10 @@ class RecordBook:
             self.stats.bytes += fetch.size
         self.fetches[key] = fetch
         self.journal.append(fetch)
+
+    def reached(self, origin: str) -> None:
+        """A request was forwarded to ``origin``."""
+        self.origins.add(origin)
 
     def passed(self) -> None:
         """An answer the client got from the origin that is not locked (5xx, websocket)."""
@@ -195,6 +220,12 @@ class RecordBook:
             written=False, reason=reason, journal=journal, previous=self.previous, new=new
         )
 
+    def close(self) -> None:
+        """Close the books without writing the lock (a run that never started): the journal
+        goes when it holds nothing."""
+        self.events.close()
+        self.journal.close(remove=False)
+
     def _why_the_lock_stays(self, build_status: int) -> str | None:
         if build_status < 0:
             try:
@@ -210,8 +241,15 @@ class RecordBook:
 
 
 def _lock_as_it_is(lock_path: Path) -> Lock | None:
-    """The lock before the run; one that exists but cannot be read stops the run unchanged."""
-    if not lock_path.exists():
+    """The lock before the run; one that exists but cannot be read stops the run unchanged.
+
+    An empty file is no lock: the writer never writes one, but a first record that was killed
+    leaves the empty file the sandbox reserved the lock's name with.
+    """
+    try:
+        if lock_path.stat().st_size == 0 and lock_path.is_file():
+            return None
+    except FileNotFoundError:
         return None
     try:
         return load_lock(lock_path)
@@ -243,8 +281,11 @@ def recover(lock_path: Path) -> Recovered:
     replaces it. An empty journal is removed and the lock left as it was.
     """
     journal = journal_path(lock_path)
-    if not journal.exists():
+    state = journal_state(journal)
+    if state == "absent":
         raise FetchproxyError(f"{journal}: no journal to recover (nothing was interrupted)")
+    if state == "in-use":
+        raise FetchproxyError(f"{journal}: a record of {lock_path} is running: it is not over")
     latest = {fetch.key: fetch for fetch in read_journal(journal)}
     mode = journal_mode(journal)
     if not latest:

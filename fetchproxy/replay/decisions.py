@@ -22,6 +22,8 @@ CORRUPT_BLOB = "corrupt-blob"
 NOT_HTTP = "not-http"
 INVALID_REQUEST = "invalid-request"
 HOST_MISMATCH = "host-mismatch"
+ORIGIN_NOT_ALLOWED = "origin-not-allowed"
+"""Record: the origin is not one record may reach for this build (fetchproxy.record.origins)."""
 STORE_ERROR = "store-error"
 
 
@@ -127,6 +129,8 @@ def _refusal_text(key: RequestKey, *, lock_name: str, reason: str = NOT_IN_LOCK)
         why = f"the recorded body in the store is corrupt (lock {lock_name})"
     elif reason == STORE_ERROR:
         why = f"the recorded body cannot be served from the store (lock {lock_name})"
+    elif reason == ORIGIN_NOT_ALLOWED:
+        why = f"record may not reach this origin for the build (lock {lock_name}; see its log)"
     else:
         why = f"{reason} (lock {lock_name})"
     return f"fetchproxy: refused {key.method} {key.url}: {why}\n"

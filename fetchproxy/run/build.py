@@ -35,8 +35,12 @@ from typing import Literal
 
 from fetchproxy.ca import generate_ephemeral_ca, system_trust_bundle
 from fetchproxy.keys.rules import KeyRules
+from fetchproxy.lock.eventlog import default_log_path
+from fetchproxy.lock.journal import journal_path
+from fetchproxy.record.origins import OriginPolicy
 from fetchproxy.run.buildenv import build_environment, wgetrc_text
 from fetchproxy.run.engines import ProxyRun, open_run
+from fetchproxy.run.imports import ImportGuard, preload
 from fetchproxy.run.outcome import ExitStatus, build_outcome, finish
 from fetchproxy.run.relay import Relay
 from fetchproxy.run.rundir import run_dir
@@ -50,7 +54,7 @@ from fetchproxy.sandbox import (
     available_sandbox,
 )
 from fetchproxy.sandbox.netns import threads_outside_own_netns
-from fetchproxy.store import Store
+from fetchproxy.store import DiskStore, Store
 
 PROXY_PORT = 3128
 """The proxy's port as the build sees it: in the edge namespace (root sandbox) or on the
@@ -72,6 +76,12 @@ class RunRequest:
     exact: bool = False
     rules: KeyRules = field(default_factory=KeyRules)
     http2: bool = False
+    allow: Sequence[str] = ()
+    """record: the origin patterns it may reach (``--allow-origin``, ``[record] allow``)."""
+    writable: Sequence[Path] = ()
+    """Paths the build may write that outlive the run (``--writable``, ``[sandbox] writable``)."""
+    fresh_home: bool = False
+    """An empty ``$HOME`` and XDG directories for the build (``--fresh-home``)."""
 
     def settings(self, confdir: Path, host: str, port: int) -> ProxySettings:
         """The proxy's settings for this run, listening at ``host:port``."""
@@ -88,7 +98,19 @@ class RunRequest:
             exact=self.exact,
             rules=self.rules,
             http2=self.http2,
+            origins=OriginPolicy.of(self.allow, guard_host=True),
         )
+
+    def protected(self) -> list[Path]:
+        """What the build may never change, even inside its working directory: the lock, its
+        journal, the event log and the store (fetchproxy's installation the sandbox keeps
+        read-only itself)."""
+        return [
+            self.lock,
+            journal_path(self.lock),
+            self.log or default_log_path(self.lock),
+            *([self.store.root] if isinstance(self.store, DiskStore) else []),
+        ]
 
 
 def run_build(request: RunRequest) -> int:
@@ -212,12 +234,22 @@ async def _build(
         wgetrc=f"{_INSIDE}/wgetrc",
     )
     files = {"ca-bundle.pem": bundle, "wgetrc": wgetrc_text(ca_path).encode()}
+    preload(mitmproxy=not proxy.settings.direct)
     try:
-        build = sandbox.spawn(request.argv, env=env, cwd=Path.cwd(), files=files)
+        build = sandbox.spawn(
+            request.argv,
+            env=env,
+            cwd=Path.cwd(),
+            files=files,
+            writable=[_absolute(p) for p in request.writable],
+            protected=[_absolute(p) for p in request.protected()],
+            fresh_home=request.fresh_home,
+        )
     except BuildStartError as exc:
         await proxy.stop()
         return _cannot_run(request, proxy, exc.errno, exc.detail)
-    status = await _wait(build)
+    with ImportGuard():
+        status = await _wait(build)
     await proxy.stop()
     return build_outcome(proxy, status)
 
@@ -242,16 +274,22 @@ async def _run_unsandboxed(request: RunRequest, confdir: Path, tmp: Path, bundle
             ca_bundle=str(ca_path),
             wgetrc=str(wgetrc),
         )
+        preload(mitmproxy=not proxy.settings.direct)
         try:
             process = await asyncio.create_subprocess_exec(*request.argv, env=env)
         except OSError as exc:
             await proxy.stop()
             return _cannot_run(request, proxy, exc.errno, exc.strerror or str(exc))
-        with _forwarding_signals(process.send_signal):
+        with _forwarding_signals(process.send_signal), ImportGuard():
             status = await process.wait()
     finally:
         await proxy.stop()
     return build_outcome(proxy, status)
+
+
+def _absolute(path: Path) -> Path:
+    """``path`` absolute and with its links resolved, as the sandbox takes paths."""
+    return Path(os.path.realpath(path))
 
 
 def _cannot_run(request: RunRequest, proxy: ProxyRun, errno_: int | None, why: str) -> int:

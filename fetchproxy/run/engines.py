@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING
 from fetchproxy.ca import load_ca
 from fetchproxy.engine import Address, Engine
 from fetchproxy.record.book import RecordBook
+from fetchproxy.record.origins import IPAddress
 from fetchproxy.replay.blobs import VerifiedBlobs
 from fetchproxy.replay.book import ReplayBook
 from fetchproxy.replay.certs import HostContexts
 from fetchproxy.replay.replayer import Replayer
 from fetchproxy.replay.server import ReplayServer
 from fetchproxy.run.settings import ProxySettings
+from fetchproxy.sandbox.rtnetlink import Rtnetlink
 
 if TYPE_CHECKING:
     from fetchproxy.addons.record import Record
@@ -49,7 +51,7 @@ class ProxyRun:
             return await self.engine.start()
         except BaseException:
             if self.record is not None:
-                self.record.events.close()
+                self.record.close()
             if self.replayer is not None:
                 self.replayer.book.close()
             raise
@@ -95,9 +97,16 @@ def open_run(
         return ProxyRun(s, engine, replayer=replayer)
     from fetchproxy.addons.record import Record  # noqa: PLC0415 -- loads mitmproxy
 
+    own = host_addresses() if s.origins.guard_host else ()
     record = RecordBook.open(s.lock, s.store, s.log, keep=s.keep)
-    engine = _mitmproxy(s, Record(record, store=s.store, rules=s.rules), on_running)
-    return ProxyRun(s, engine, record=record)
+    addon = Record(record, store=s.store, rules=s.rules, origins=s.origins, own_addresses=own)
+    return ProxyRun(s, _mitmproxy(s, addon, on_running), record=record)
+
+
+def host_addresses() -> list[IPAddress]:
+    """The addresses of this (the host's) network namespace, which a build must not reach."""
+    with Rtnetlink() as netlink:
+        return netlink.addresses()
 
 
 def _mitmproxy(

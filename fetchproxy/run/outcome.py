@@ -16,6 +16,7 @@ from pathlib import Path
 
 from fetchproxy.lock.model import Lock
 from fetchproxy.record.book import RecordBook, RecordResult
+from fetchproxy.record.origins import paste_ready
 from fetchproxy.replay.book import ReplayBook
 from fetchproxy.review.diff import diff_locks, render_text
 from fetchproxy.run.engines import ProxyRun
@@ -65,6 +66,9 @@ def finish(run: ProxyRun, *, build_status: int = 0) -> int:
     if run.record is not None:
         result = run.record.finish(build_status)
         print(record_text(run.record, result, lock=lock), file=sys.stderr)
+        policy = run.settings.origins
+        if policy.guard_host and not policy.patterns and run.record.origins:
+            print(reached_text(run.record.origins), file=sys.stderr)
         return ExitStatus.OK if result.written else ExitStatus.INCOMPLETE
     book = run.book
     assert book is not None, "a replay run keeps a book"
@@ -114,6 +118,16 @@ def record_text(book: RecordBook, result: RecordResult, *, lock: Path) -> str:
             f"fetchproxy: what it recorded is in {result.journal}: `fetchproxy lock recover "
             f"--lock {lock}` makes that the lock{onto}; delete it to record afresh"
         )
+    return "\n".join(lines)
+
+
+def reached_text(origins: set[str]) -> str:
+    """The origins a record reached, ready to paste into fetchproxy.toml to allow just them."""
+    lines = [
+        f"fetchproxy: reached {counted(len(origins), 'origin', 'origins')}; to reach only "
+        "these from now on (or use --allow-origin), put in fetchproxy.toml:"
+    ]
+    lines.extend(f"  {line}" for line in paste_ready(origins).splitlines())
     return "\n".join(lines)
 
 

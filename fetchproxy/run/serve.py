@@ -17,14 +17,14 @@ from fetchproxy.run.settings import ProxySettings
 
 async def _serve(settings: ProxySettings) -> int:
     run = open_run(settings)
-    host, port = (await run.start())[0]
-    shown = f"[{host}]" if ":" in host else host
-    print(f"fetchproxy: listening on http://{shown}:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before anyone can know where it listens
         loop.add_signal_handler(sig, stop.set)
     try:
+        host, port = (await run.start())[0]
+        shown = f"[{host}]" if ":" in host else host
+        print(f"fetchproxy: listening on http://{shown}:{port}", flush=True)
         await stop.wait()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):

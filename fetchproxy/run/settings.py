@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fetchproxy.keys.rules import KeyRules
+from fetchproxy.record.origins import OriginPolicy
 from fetchproxy.store import Store
 
 Mode = Literal["record", "replay"]
@@ -31,6 +32,9 @@ class ProxySettings:
     while small requests gain nothing consistent (docs/benchmarks.md)."""
     rules: KeyRules = field(default_factory=KeyRules)
     """How requests become keys (the built-in rules plus fetchproxy.toml's)."""
+    origins: OriginPolicy = field(default_factory=lambda: OriginPolicy(guard_host=False))
+    """record: which origins it may reach (``--allow-origin``, ``[record] allow``; a sandboxed
+    build's record refuses the host's own addresses too)."""
     keep: bool = False
     """record: keep the existing lock, record only what it lacks (``--keep``)."""
     exact: bool = False

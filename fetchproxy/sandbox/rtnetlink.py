@@ -26,6 +26,9 @@ NLM_F_CREATE = 0x400
 RTM_NEWLINK = 16
 RTM_GETLINK = 18
 RTM_NEWADDR = 20
+RTM_GETADDR = 22
+NLMSG_DONE = 3
+NLM_F_DUMP = 0x300
 IFLA_IFNAME = 3
 IFLA_OPERSTATE = 16
 IFLA_LINKINFO = 18
@@ -102,6 +105,26 @@ def new_address_body(index: int, interface: ipaddress.IPv4Interface) -> bytes:
     )
 
 
+def parse_addresses(data: bytes) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The addresses in RTM_NEWADDR messages of a dump reply (``IFA_LOCAL``, else
+    ``IFA_ADDRESS``)."""
+    found: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+    offset = 0
+    while offset + _NLMSGHDR.size <= len(data):
+        length, kind, _flags, _seq, _port = _NLMSGHDR.unpack_from(data, offset)
+        if length < _NLMSGHDR.size:
+            break
+        if kind == RTM_NEWADDR:
+            body = data[offset + _NLMSGHDR.size : offset + length]
+            family = body[0]
+            found_attributes = attributes(body[_IFADDRMSG.size :])
+            raw = found_attributes.get(IFA_LOCAL) or found_attributes.get(IFA_ADDRESS)
+            if raw is not None and family in (socket.AF_INET, socket.AF_INET6):
+                found.append(ipaddress.ip_address(raw))
+        offset += _align(length)
+    return found
+
+
 def attributes(data: bytes) -> dict[int, bytes]:
     """The rtattrs in ``data`` by type (the last one of a type wins)."""
     found = {}
@@ -131,6 +154,24 @@ def parse_reply(data: bytes, sequence: int) -> bytes | None:
             return body
         offset += _align(length)
     return None
+
+
+def _dump_done(data: bytes) -> bool:
+    """Whether ``data`` holds the NLMSG_DONE that ends a dump (an error ends it too)."""
+    offset = 0
+    while offset + _NLMSGHDR.size <= len(data):
+        length, kind, _flags, _seq, _port = _NLMSGHDR.unpack_from(data, offset)
+        if kind == NLMSG_DONE:
+            return True
+        if kind == NLMSG_ERROR:
+            (error,) = _NLMSGERR.unpack_from(data, offset + _NLMSGHDR.size)
+            if error:
+                raise OSError(-error, os.strerror(-error))
+            return True
+        if length < _NLMSGHDR.size:
+            break
+        offset += _align(length)
+    return not data
 
 
 class Rtnetlink:
@@ -176,6 +217,18 @@ class Rtnetlink:
 
     def set_up(self, index: int) -> None:
         self.request(RTM_NEWLINK, link_up_body(index))
+
+    def addresses(self) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+        """Every address of every link in this namespace (a dump)."""
+        self._sequence += 1
+        body = _IFADDRMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
+        self._socket.send(message(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, self._sequence, body))
+        found: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+        while True:
+            data = self._socket.recv(65536)
+            found.extend(parse_addresses(data))
+            if _dump_done(data):
+                return found
 
     def add_address(self, index: int, interface: ipaddress.IPv4Interface) -> None:
         body = new_address_body(index, interface)

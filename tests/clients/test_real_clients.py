@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from fetchproxy.keys.gitbody import canonical_body
+from tests.support.cli import with_test_origins
 from tests.support.real_origins import (
     HTTPSOrigin,
     OriginRequest,
@@ -54,7 +55,7 @@ def fetchproxy(
         k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PIP_", "FETCHPROXY_"))
     }
     return subprocess.run(
-        [sys.executable, "-m", "fetchproxy", *map(str, args)],
+        [sys.executable, "-m", "fetchproxy", *with_test_origins([str(a) for a in args])],
         cwd=work,
         stdin=subprocess.DEVNULL,
         capture_output=True,

@@ -29,18 +29,18 @@ def test_project_secret_params_add_to_the_built_in_ones(tmp_path: Path) -> None:
     [
         (
             '[fetchproxy]\nsecret-param = ["session"]\n',
-            "fetchproxy.toml:2: fetchproxy.secret-param: unknown setting — the settings are "
-            "secret-params",
+            "fetchproxy.toml:2: fetchproxy.secret-param: unknown setting — the settings of "
+            "[fetchproxy] are secret-params",
         ),
         (
             '[fetchproxy]\nsecret-params = "session"\n',
-            "fetchproxy.toml:2: fetchproxy.secret-params: must be a list of parameter names, "
+            "fetchproxy.toml:2: fetchproxy.secret-params: must be a list of non-empty strings, "
             'e.g. ["session", "X-Signed"]',
         ),
         (
             '[fetchproxi]\nsecret-params = ["session"]\n',
-            "fetchproxy.toml:1: unknown table or key 'fetchproxi' — settings go in a "
-            "[fetchproxy] table",
+            "fetchproxy.toml:1: unknown table or key 'fetchproxi' — settings go in the tables "
+            "[fetchproxy], [record], [sandbox]",
         ),
     ],
 )
@@ -50,6 +50,26 @@ def test_errors_name_the_file_line_and_setting(tmp_path: Path, text: str, messag
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert str(info.value) == f"{tmp_path}/{message}"
+
+
+def test_record_and_sandbox_settings(tmp_path: Path) -> None:
+    path = tmp_path / "fetchproxy.toml"
+    config = parse_config(
+        '[record]\nallow = ["files.example.org", "*.example.net:8443"]\n'
+        '[sandbox]\nwritable = ["~/.cache/pip", "build-cache", "/abs"]\n',
+        path=path,
+    )
+    assert config.allow == ("files.example.org", "*.example.net:8443")
+    assert config.writable == (Path.home() / ".cache/pip", tmp_path / "build-cache", Path("/abs"))
+
+
+def test_an_unknown_setting_of_a_known_table_names_the_table(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config('[sandbox]\nwriteable = ["x"]\n', path=tmp_path / "fetchproxy.toml")
+    assert str(info.value) == (
+        f"{tmp_path}/fetchproxy.toml:2: sandbox.writeable: unknown setting — the settings of "
+        "[sandbox] are writable"
+    )
 
 
 def test_a_project_secret_parameter_never_reaches_the_lock(rig: Rig) -> None:

@@ -1,9 +1,11 @@
 """Crashes and concurrency: a record killed at any moment loses nothing; two records share a store.
 
-`fetchproxy serve record` runs as a real subprocess; it is SIGKILLed at random points while
-clients fetch through it. After every kill the previous lock is untouched, every blob in the
-store hashes to its name, every journal entry's blob is in the store, and `lock recover` turns
-the journal into a valid lock.
+`fetchproxy serve record` runs as a real subprocess and is SIGKILLed while clients fetch
+through it. The kill points are chosen, not timed: the origin sends half of each body and waits
+on a gate per URL, the test opens N gates, waits until the journal holds those N fetches, and
+kills. After every kill the previous lock is untouched, every blob in the store hashes to its
+name, and `lock recover` makes exactly the N fetches the lock. (bench/crash_stress.py kills at
+random moments instead, and checks the same invariants.)
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -33,7 +36,10 @@ BODY_SIZE = 512 * 1024
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
+    """Bodies of BODY_SIZE bytes; under /gated/ the second half waits for the URL's gate."""
+
     protocol_version = "HTTP/1.1"
+    gates: ClassVar[dict[str, threading.Event]] = {}
 
     def do_GET(self) -> None:
         body = random.Random(self.path).randbytes(BODY_SIZE)
@@ -41,8 +47,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("content-type", "application/octet-stream")
         self.send_header("content-length", str(len(body)))
         self.end_headers()
-        for start in range(0, len(body), 64 * 1024):
-            self.wfile.write(body[start : start + 64 * 1024])
+        half = len(body) // 2
+        self.wfile.write(body[:half])
+        self.wfile.flush()
+        if self.path.startswith("/gated/"):
+            gate = self.gates.setdefault(self.path, threading.Event())
+            if not gate.wait(timeout=120):
+                return
+        self.wfile.write(body[half:])
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 -- stdlib name
         pass
@@ -50,6 +62,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def origin() -> Iterator[str]:
+    _Handler.gates = {}
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -134,44 +147,65 @@ def assert_store_consistent(store: Path) -> None:
     assert report.clean, report.bad
 
 
-def test_sigkill_at_random_points_loses_nothing(tmp_path: Path, origin: str) -> None:
+def journalled(lock: Path) -> list[str]:
+    """The URLs the journal of ``lock`` holds (none while it is absent or empty)."""
+    journal = journal_path(lock)
+    if not journal.exists() or journal.stat().st_size == 0:
+        return []
+    return [fetch.key.url for fetch in read_journal(journal)]
+
+
+def wait_until(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 120
+    while not predicate():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("stored", [0, 1, 3, 6])
+def test_a_record_killed_after_n_fetches_keeps_exactly_those(
+    tmp_path: Path, origin: str, stored: int
+) -> None:
     lock = tmp_path / "app.lock.toml"
     store = tmp_path / "store"
     first = Recorder(tmp_path, lock, store)
     assert all(fetch_all(first, [f"{origin}/base/{i}" for i in range(3)]))
     assert first.close(signal.SIGTERM) == 0
     previous = lock.read_bytes()
-    assert len(load_lock(lock)) == 3
 
-    rnd = random.Random(20261129)
-    recovered_rounds = 0
-    for round_ in range(8):
-        recorder = Recorder(tmp_path, lock, store)
-        urls = [f"{origin}/round{round_}/{i}" for i in range(6)]
-        clients = threading.Thread(target=fetch_all, args=(recorder, urls))
-        clients.start()
-        time.sleep(rnd.uniform(0.0, 0.4))
-        assert recorder.close(signal.SIGKILL) == -signal.SIGKILL
-        clients.join()
+    recorder = Recorder(tmp_path, lock, store)
+    urls = [f"{origin}/gated/{i}" for i in range(6)]
+    clients = threading.Thread(target=fetch_all, args=(recorder, urls))
+    clients.start()
+    wait_until(lambda: len(_Handler.gates) == len(urls), "every request reached the origin")
+    for url in urls[:stored]:
+        _Handler.gates[url.removeprefix(origin)].set()
+        wanted = urls[: urls.index(url) + 1]
 
-        assert lock.read_bytes() == previous  # the previous lock is intact
-        assert_store_consistent(store)
-        journal = journal_path(lock)
-        if not journal.exists():  # killed before it stored a fetch: nothing to recover
-            continue
-        recovered_rounds += 1
-        journalled = list(read_journal(journal))
-        for fetch in journalled:  # every journalled body is in the store
-            assert DiskStore(store).contains(fetch.digest)
-        refused = Recorder.start_failure(tmp_path, lock, store)
-        assert f"{journal}: a record that was interrupted or failed left this journal" in refused
+        def done(wanted: list[str] = wanted) -> bool:
+            return sorted(journalled(lock)) == wanted
 
-        recovered = run_fetchproxy("lock", "recover", "--lock", str(lock))
-        assert recovered.returncode == 0, recovered.stderr
-        assert not journal.exists()
-        assert {f.key.url for f in load_lock(lock).fetches} == {f.key.url for f in journalled}
-        previous = lock.read_bytes()
-    assert recovered_rounds >= 4  # most runs were killed after their first fetch
+        wait_until(done, f"{url} journalled")
+    assert recorder.close(signal.SIGKILL) == -signal.SIGKILL
+    for gate in _Handler.gates.values():
+        gate.set()
+    clients.join()
+
+    assert lock.read_bytes() == previous  # the previous lock is intact
+    assert_store_consistent(store)
+    assert sorted(journalled(lock)) == urls[:stored]
+    if not stored:  # killed before its first fetch: an empty journal the next run removes
+        assert journal_path(lock).stat().st_size == 0
+        Recorder(tmp_path, lock, store).close(signal.SIGKILL)  # it started: nothing to recover
+        return
+    for fetch in read_journal(journal_path(lock)):  # every journalled body is in the store
+        assert DiskStore(store).contains(fetch.digest)
+    refused = Recorder.start_failure(tmp_path, lock, store)
+    assert f"{journal_path(lock)}: a record that was interrupted or failed left" in refused
+    recovered = run_fetchproxy("lock", "recover", "--lock", str(lock))
+    assert recovered.returncode == 0, recovered.stderr
+    assert not journal_path(lock).exists()
+    assert sorted(f.key.url for f in load_lock(lock).fetches) == urls[:stored]
 
 
 def test_two_records_sharing_one_store(tmp_path: Path, origin: str) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fetchproxy.lock.file import load_lock
-from tests.support.cli import run_fetchproxy
+from tests.support.cli import run_fetchproxy, with_test_origins
 
 pytestmark = [
     pytest.mark.root,
@@ -258,7 +258,12 @@ def test_sigterm_is_forwarded_to_the_build_and_the_lock_is_left_as_it_was(
         "while :; do sleep 0.1; done"
     )
     process = subprocess.Popen(
-        [sys.executable, "-m", "fetchproxy", "record", "--", "sh", "-c", build],
+        [
+            sys.executable,
+            "-m",
+            "fetchproxy",
+            *with_test_origins(["record", "--", "sh", "-c", build]),
+        ],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

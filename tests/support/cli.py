@@ -13,6 +13,17 @@ from pathlib import Path
 
 from fetchproxy.cli import build_parser, chosen
 
+TEST_ORIGINS = ("--allow-origin", "127.0.0.2")
+"""The tests' origins listen on the host's loopback (127.0.0.2): a sandboxed ``record`` must be
+told it may reach them (it reaches no host-local address otherwise)."""
+
+
+def with_test_origins(args: Sequence[str]) -> list[str]:
+    """``args`` with :data:`TEST_ORIGINS` after a leading ``record``."""
+    if args and args[0] == "record":
+        return ["record", *TEST_ORIGINS, *args[1:]]
+    return list(args)
+
 
 def run_fetchproxy(
     *args: str,
@@ -20,11 +31,14 @@ def run_fetchproxy(
     env: Mapping[str, str] | None = None,
     prefix: Sequence[str] = (),
     timeout: float = 120,
+    test_origins: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     """``python -m fetchproxy ARGS`` as users run it (after ``prefix``, e.g. ``setpriv``), its
-    output captured; ``env`` replaces the environment."""
+    output captured; ``env`` replaces the environment. A ``record`` may reach the tests'
+    origins (:data:`TEST_ORIGINS`) unless ``test_origins`` is False."""
+    argv = with_test_origins(args) if test_origins else list(args)
     return subprocess.run(
-        [*prefix, sys.executable, "-m", "fetchproxy", *args],
+        [*prefix, sys.executable, "-m", "fetchproxy", *argv],
         cwd=cwd,
         env=env,
         stdin=subprocess.DEVNULL,

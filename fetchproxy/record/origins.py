@@ -1,0 +1,150 @@
+"""Which origins record may reach for a build: :class:`OriginPolicy`, pure.
+
+A sandboxed build reaches nothing but the proxy, and record forwards for it: without a rule,
+the proxy would be the build's way to the host's own services (its loopback, the cloud metadata
+address, anything listening on the host's addresses). So by default record refuses an origin
+whose address — the one actually connected to, after the name was resolved — is *host-local*:
+loopback, link-local (169.254.169.254 included), unspecified, or one of the host's own
+addresses. Patterns (``--allow-origin``, ``[record] allow``) change that:
+
+- ``host``, ``host:port``, ``*.domain`` (any subdomain, not the domain itself) or
+  ``*.domain:port``; ``[v6]:port`` for IPv6; no port means any port.
+- When any pattern is given, record reaches only origins a pattern matches ("observe, then
+  enforce": a record without patterns lists the origins it reached, ready to paste).
+- A host-local address is reached only through a pattern that names its host exactly (no
+  ``*.``): ``--allow-origin 127.0.0.2:18443`` for a test origin on the host's loopback.
+
+``serve record`` has no sandbox (its clients reach the host anyway), so there only the patterns
+apply; ``record -- BUILD`` applies both (docs/sandbox.md).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from fetchproxy.errors import FetchproxyError
+from fetchproxy.keys.url import InvalidURLError, normalize_url
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class OriginPatternError(FetchproxyError, ValueError):
+    """An origin pattern that is not ``host``, ``host:port`` or ``*.domain[:port]``."""
+
+
+@dataclass(frozen=True, slots=True)
+class OriginPattern:
+    """One pattern: an exact host, or any subdomain of ``host`` (``wildcard``); any port
+    when ``port`` is None."""
+
+    host: str
+    port: int | None
+    wildcard: bool
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> OriginPattern:
+        wildcard = text.startswith("*.")
+        rest = text[2:] if wildcard else text
+        try:
+            netloc = normalize_url(f"http://{rest}/", secret_params=()).split("/")[2]
+        except InvalidURLError as exc:
+            raise OriginPatternError(
+                f"origin pattern {text!r}: {exc.reason} — give host, host:port or "
+                "*.domain[:port], e.g. files.example.org or *.example.net:8443"
+            ) from None
+        host, port = _split(netloc, explicit=_has_port(rest))
+        if wildcard and host.startswith("["):
+            raise OriginPatternError(f"origin pattern {text!r}: *. goes with names, not addresses")
+        return cls(host=host, port=port, wildcard=wildcard, text=text)
+
+    def matches(self, host: str, port: int) -> bool:
+        if self.port is not None and self.port != port:
+            return False
+        if self.wildcard:
+            return host.endswith("." + self.host)
+        return host == self.host
+
+
+def _has_port(authority: str) -> bool:
+    if authority.startswith("["):
+        return "]:" in authority
+    return ":" in authority
+
+
+def _split(netloc: str, *, explicit: bool) -> tuple[str, int | None]:
+    """``host[:port]`` of a normalized URL → (host, port); a default port spelled in the
+    pattern (``:80``) was dropped by normalization, so ``explicit`` tells it was there."""
+    if netloc.startswith("["):
+        host, _, port = netloc.partition("]")
+        host += "]"
+        port = port.removeprefix(":")
+    else:
+        host, _, port = netloc.partition(":")
+    if port:
+        return host, int(port)
+    return host, (80 if explicit else None)
+
+
+def host_local(address: IPAddress, own: Collection[IPAddress]) -> bool:
+    """Whether ``address`` is the host's: loopback, link-local, unspecified, or one of ``own``."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback or address.is_link_local or address.is_unspecified or address in own
+
+
+@dataclass(frozen=True, slots=True)
+class OriginPolicy:
+    """The patterns, and whether host-local addresses are refused unless a pattern names them."""
+
+    patterns: tuple[OriginPattern, ...] = ()
+    guard_host: bool = True
+
+    @classmethod
+    def of(cls, patterns: Iterable[str], *, guard_host: bool) -> OriginPolicy:
+        return cls(tuple(OriginPattern.parse(p) for p in patterns), guard_host)
+
+    def check(
+        self, host: str, port: int, addresses: Iterable[IPAddress], own: Collection[IPAddress]
+    ) -> str | None:
+        """Why ``host:port`` (a normalized host: lowercase, IDNA, ``[v6]``) resolving to
+        ``addresses`` may not be reached; None when it may."""
+        shown = f"{host}:{port}"
+        matching = [p for p in self.patterns if p.matches(host, port)]
+        if self.patterns and not matching:
+            return (
+                f"{shown} is not among the allowed origins (--allow-origin, [record] allow); "
+                f"add it there to record from it"
+            )
+        if not self.guard_host:
+            return None
+        local = sorted({str(a) for a in addresses if host_local(a, own)})
+        if local and not any(not p.wildcard for p in matching):
+            return (
+                f"{shown} is the host's own address ({', '.join(local)}): a sandboxed build "
+                f"reaches no host service through record unless --allow-origin names it "
+                f"({host}:{port})"
+            )
+        return None
+
+
+def origin_of(url: str) -> tuple[str, int]:
+    """``(host, port)`` of a normalized http(s) URL (a key's): the host as patterns match it."""
+    scheme, _, rest = url.partition("://")
+    netloc = rest.split("/", 1)[0]
+    host, port = _split(netloc, explicit=False)
+    return host, port if port is not None else (443 if scheme == "https" else 80)
+
+
+def shown_origin(url: str) -> str:
+    """The origin of ``url`` as a pattern spells it: ``host``, or ``host:port`` off the
+    scheme's default port."""
+    return url.partition("://")[2].split("/", 1)[0]
+
+
+def paste_ready(origins: Iterable[str]) -> str:
+    """The ``[record] allow`` lines that allow exactly ``origins`` (``host:port`` each)."""
+    quoted = ", ".join(f'"{o}"' for o in sorted(set(origins)))
+    return f"[record]\nallow = [{quoted}]"

@@ -76,7 +76,7 @@ def parse_remote_url(text: str, *, source: str = "--remote") -> RemoteURL:
     if not text.startswith(SCHEME):
         scheme = text.partition("://")[0] if "://" in text else ""
         if scheme:
-            raise fail(f"scheme {scheme!r} is not supported; only s3:// is")
+            raise fail(f"scheme {_part(scheme)} is not supported; only s3:// is")
         raise fail("it must start with s3://")
     rest = text[len(SCHEME) :]
     bucket, _, prefix = rest.partition("/")
@@ -89,22 +89,27 @@ def parse_remote_url(text: str, *, source: str = "--remote") -> RemoteURL:
         raise fail("the bucket name is missing")
     if not _BUCKET_RE.fullmatch(bucket) or ".." in bucket:
         raise fail(
-            f"bucket {bucket!r} is not a valid bucket name (3-63 lowercase letters, "
+            f"bucket {_part(bucket)} is not a valid bucket name (3-63 lowercase letters, "
             "digits, dots and hyphens, starting and ending with a letter or digit)"
         )
     prefix = prefix.removesuffix("/")
     if prefix:
         for segment in prefix.split("/"):
             if segment in {"", ".", ".."}:
-                raise fail(f"prefix {prefix!r} has an empty, '.' or '..' segment")
+                raise fail(f"prefix {_part(prefix)} has an empty, '.' or '..' segment")
             if not _SEGMENT_RE.fullmatch(segment):
                 raise fail(
-                    f"prefix segment {segment!r} has characters other than letters, digits "
+                    f"prefix segment {_part(segment)} has characters other than letters, digits "
                     "and . _ ~ - (no spaces, %, ?, #, backslashes or controls)"
                 )
         if prefix.split("/")[-1] == ALGORITHM:
             raise fail(f"the prefix must not end in /{ALGORITHM}: fetchproxy adds that itself")
     return RemoteURL(bucket=bucket, prefix=prefix)
+
+
+def _part(text: str) -> str:
+    """A piece of the URL for a message: quoted, controls escaped, cut if long."""
+    return repr(text if len(text) <= 60 else text[:60] + "…")
 
 
 def _shown(text: str) -> str:

@@ -36,11 +36,8 @@ from typing import IO
 
 from fetchproxy.digest import Digest, parse_digest
 from fetchproxy.store.base import BlobWriter, CorruptBlobError, Store, StoreError
-from fetchproxy.store.remote_client import (
-    BucketClient,
-    ClientSettings,
-    ObjectInfo,
-    ObjectStream,
+from fetchproxy.store.remote_client import BucketClient, ClientSettings, ObjectInfo, ObjectStream
+from fetchproxy.store.remote_errors import (
     RemoteAccessError,
     RemoteConfigError,
     RemoteCorruptError,
@@ -162,7 +159,12 @@ class RemoteStore:
         key = self.url.key_of(digest)
         client = self.client
         if size >= self.settings.head_first_from:
-            info = client.head(key)
+            try:
+                info = client.head(key)
+            except RemoteAccessError:
+                # S3 answers 403 rather than 404 for a missing object to credentials that may
+                # not list the bucket; the conditional PUT below decides either way.
+                info = None
             if info is not None:
                 self._check_size(digest, key, info, size)
                 meter.add(0)

@@ -21,8 +21,8 @@ import pytest
 from fetchproxy.digest import Digest, digest_bytes
 from fetchproxy.store import DiskStore
 from fetchproxy.store.remote import RemoteTransferError, TransferSettings
-from fetchproxy.store.remote_client import (
-    ClientSettings,
+from fetchproxy.store.remote_client import ClientSettings
+from fetchproxy.store.remote_errors import (
     RemoteAccessError,
     RemoteCorruptError,
     RemoteMissingError,

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from fetchproxy.store.base import StoreError
-from fetchproxy.store.remote_client import RemoteAccessError, RemoteMissingError
+from fetchproxy.store.remote_errors import RemoteAccessError, RemoteMissingError
 from fetchproxy.store.transfer import Meter, Progress, TransferCancelled, run_transfers
 
 

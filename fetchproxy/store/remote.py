@@ -55,7 +55,7 @@ _SHOW_AT_MOST = 10
 class TransferSettings:
     """How many transfers run at once and how they behave."""
 
-    concurrency: int = 16
+    concurrency: int = 32
     chunk_size: int = 1 << 20
     resume_attempts: int = 3
     head_first_from: int = 1 << 20
@@ -263,6 +263,7 @@ class RemoteStore:
                 if etag is None:
                     etag = stream.etag
                     if size is not None and stream.total != size:
+                        stream.close()
                         raise RemoteCorruptError(
                             f"{where} holds {stream.total} bytes but the lock says blob {digest} "
                             f"has {size}: the object is damaged or was replaced; it was not "
@@ -275,11 +276,12 @@ class RemoteStore:
                 ):
                     writer.update(chunk)
                     meter.add(len(chunk))
-            except RemoteUnavailableError:
+            except RemoteUnavailableError as exc:
                 # The client has retried the request itself; a stream that broke after some
                 # bytes arrived gets a few more tries from there, a fresh start none.
                 breaks += 1
                 if writer.size == 0 or breaks > self.settings.resume_attempts:
+                    _tag(exc, digest, key)
                     raise
                 _pause(breaks)
                 continue

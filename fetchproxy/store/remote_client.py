@@ -51,7 +51,7 @@ DEFAULT_REGION = "us-east-1"
 class ClientSettings:
     """How the client talks: connections, timeouts (seconds) and attempts per request."""
 
-    max_connections: int = 16
+    max_connections: int = 32
     connect_timeout: float = 10.0
     read_timeout: float = 60.0
     max_attempts: int = 3

@@ -38,10 +38,13 @@ from fetchproxy.record.origins import (
     shown_origin,
 )
 from fetchproxy.record.rules import (
+    KEPT_HEADERS,
     STRIPPED_REQUEST_HEADERS,
     UPSTREAM_ACCEPT_ENCODING,
+    client_headers,
     fetch_from_answer,
     is_recordable,
+    unclean_headers,
 )
 from fetchproxy.replay.blobs import VerifiedBlobs
 from fetchproxy.replay.decisions import (
@@ -52,6 +55,7 @@ from fetchproxy.replay.decisions import (
     invalid_request,
     refusal,
 )
+from fetchproxy.replay.ranges import ByteRange, Unsatisfiable, parse_range
 from fetchproxy.store import BlobWriter, Store, StoreError, open_store
 
 logger = logging.getLogger("fetchproxy.record")
@@ -60,19 +64,32 @@ _WRITER = "fetchproxy.writer"
 _ANSWERED = "fetchproxy.answered"
 """``flow.metadata``: fetchproxy answered this flow itself (a refusal, or from the lock)."""
 _UNSTORED = "fetchproxy.unstored"
+RANGE_IN_MEMORY = 64 * 1024 * 1024
+"""The largest part of a body record keeps in memory to answer a ``Range`` with; a larger part
+is answered with the whole body (which RFC 9110 allows), docs/lock-format.md."""
+_RANGE = "fetchproxy.range"
+"""``flow.metadata``: the client's ``Range``, taken off before the request went upstream."""
+_ORIGINAL = "fetchproxy.original"
+"""``flow.metadata``: the origin's own status and headers, before a range was cut from them."""
 
 
 class _Tee:
     """mitmproxy's stream callable: every raw body chunk goes to the store, then on.
 
     A chunk the store cannot take (a full disk) ends the storing, never the answer: the
-    client still gets every byte, and ``failure`` says why this fetch is not recorded.
+    client still gets every byte, and ``failure`` says why this fetch is not recorded. With a
+    ``window`` (the client asked for a range) the store gets the whole body and the client
+    only the bytes from ``start`` to ``end`` — the answer replay gives it — once the whole body
+    has arrived: a client that has its part closes, and the rest must still come from the origin.
     """
 
-    def __init__(self, writer: BlobWriter) -> None:
+    def __init__(self, writer: BlobWriter, window: tuple[int, int] | None = None) -> None:
         self.writer = writer
         self.chunks = 0
         self.failure: StoreError | None = None
+        self.window = window
+        self._position = 0
+        self._part: list[bytes] = []
 
     def __call__(self, chunk: bytes) -> bytes:
         if chunk and self.failure is None:
@@ -81,7 +98,16 @@ class _Tee:
             except StoreError as exc:
                 self.failure = exc  # update() aborted the writer
             self.chunks += 1
-        return chunk
+        if self.window is None:
+            return chunk
+        if not chunk:  # the end of the body: now the client's part
+            part, self._part = b"".join(self._part), []
+            return part
+        start, end = self._position, self._position + len(chunk)
+        self._position = end
+        low, high = self.window
+        self._part.append(chunk[max(low - start, 0) : max(min(high, end) - start, 0)])
+        return b""
 
 
 class Record:
@@ -96,6 +122,7 @@ class Record:
         rules: KeyRules | None = None,
         origins: OriginPolicy | None = None,
         own_addresses: Collection[IPAddress] = (),
+        keep_headers: frozenset[str] = KEPT_HEADERS,
     ) -> None:
         self._embedded = book is not None
         self.book = book
@@ -103,6 +130,7 @@ class Record:
         self.rules = rules or KeyRules()
         self.origins = origins or OriginPolicy(guard_host=False)
         self.own_addresses = frozenset(own_addresses)
+        self.keep_headers = keep_headers
         self.answers: LockAnswers | None = None
         self._pending: set[str] = set()
         """Flows forwarded upstream whose answer is not yet stored (or failed)."""
@@ -186,6 +214,8 @@ class Record:
             return
         book.reached(shown_origin(key.url))
         headers = flow.request.headers
+        if "range" in headers:  # answered from the whole body, as replay answers it
+            flow.metadata[_RANGE] = headers["range"]
         for name in STRIPPED_REQUEST_HEADERS:
             headers.pop(name, None)
         headers["accept-encoding"] = UPSTREAM_ACCEPT_ENCODING
@@ -274,7 +304,21 @@ class Record:
             self._unstored(flow, key, exc)
             response.stream = True
             return
-        tee = _Tee(writer)
+        original = list(response.headers.items(multi=True))
+        flow.metadata[_ORIGINAL] = (response.status_code, original)
+        response.headers = http.Headers(
+            tuple(
+                (name.encode(), value.encode("utf-8", "surrogateescape"))
+                for name, value in client_headers(
+                    key,
+                    status=response.status_code,
+                    headers=original,
+                    rules=self.rules,
+                    keep=self.keep_headers,
+                )
+            )
+        )
+        tee = _Tee(writer, _answer_range(flow))
         flow.metadata[_WRITER] = tee
         response.stream = tee
 
@@ -311,15 +355,20 @@ class Record:
         except BaseException:
             tee.writer.abort()
             raise
+        status, headers = flow.metadata.get(_ORIGINAL, (response.status_code, []))
         fetch = fetch_from_answer(
             key,
-            status=response.status_code,
-            headers=response.headers.items(multi=True),
+            status=status,
+            headers=headers,
             digest=digest,
             size=size,
             rules=self.rules,
+            keep=self.keep_headers,
         )
         book.recorded(fetch)
+        dropped = unclean_headers(headers, self.keep_headers)
+        if dropped:
+            book.headers_dropped(key, dropped)
 
     def _unstored(self, flow: http.HTTPFlow, key: RequestKey, exc: StoreError) -> None:
         flow.metadata[_UNSTORED] = True
@@ -334,7 +383,7 @@ class Record:
         key = flow.metadata.get(flows.KEY)
         key = key if isinstance(key, RequestKey) else None
         what = f"{key.method} {key.url}" if key is not None else "a request"
-        message = flow.error.msg if flow.error else "unknown error"
+        message = self.rules.redact_text(flow.error.msg) if flow.error else "unknown error"
         hint = (
             " — if the origin uses its own CA, pass --upstream-ca PATH"
             if "certificate verify failed" in message.lower()
@@ -365,6 +414,37 @@ class Record:
             result = self.book.finish()
             where = "written" if result.written else f"unchanged ({result.reason})"
             logger.info("record: %s: %s", self.book.lock_path, where)
+
+
+def _answer_range(flow: http.HTTPFlow) -> tuple[int, int] | None:
+    """Give the client's ``Range`` the answer replay would give, from the origin's whole 200
+    (whose bytes are stored all the same): 206 and the part, or 416; None: the whole body."""
+    wanted = flow.metadata.get(_RANGE)
+    response = flow.response
+    assert response is not None
+    length = response.headers.get("content-length", "")
+    if (
+        wanted is None
+        or flow.request.method == "HEAD"
+        or response.status_code != 200
+        or not length.isdigit()
+    ):
+        return None
+    part = parse_range(wanted, int(length))
+    if isinstance(part, Unsatisfiable):
+        response.status_code, response.reason = 416, "Range Not Satisfiable"
+        # only these, as replay answers a range outside the body
+        response.headers = http.Headers(
+            content_range=part.content_range().encode(), content_length=b"0"
+        )
+        return (0, 0)
+    if isinstance(part, ByteRange) and part.length <= RANGE_IN_MEMORY:
+        response.status_code, response.reason = 206, "Partial Content"
+        del response.headers["content-length"]
+        response.headers["content-range"] = part.content_range()
+        response.headers["content-length"] = str(part.length)
+        return (part.start, part.end + 1)
+    return None
 
 
 def _is_address(host: str) -> bool:

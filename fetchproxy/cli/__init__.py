@@ -21,6 +21,8 @@ from types import ModuleType
 
 from fetchproxy.cli.options import Parser
 from fetchproxy.errors import FetchproxyError
+from fetchproxy.keys.url import redact_text
+from fetchproxy.text import printable
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status: int = _module(command).run(args)
     except FetchproxyError as exc:
-        print(f"fetchproxy: error: {exc}", file=sys.stderr)
+        print(f"fetchproxy: error: {printable(str(exc))}", file=sys.stderr)
         return exc.exit_status
     except KeyboardInterrupt:
         return 130
@@ -173,7 +175,14 @@ def version() -> str:
 class _Formatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         level = "" if record.levelno < logging.WARNING else f"{record.levelname.lower()}: "
-        return f"fetchproxy: {level}{record.getMessage()}"
+        return f"fetchproxy: {level}{printable(record.getMessage())}"
+
+
+def _third_party_redacted(record: logging.LogRecord) -> bool:
+    """mitmproxy's messages quote request lines and header values: cut them out."""
+    if not record.name.startswith("fetchproxy"):
+        record.msg, record.args = redact_text(record.getMessage()), ()
+    return True
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -191,6 +200,7 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 def _setup_logging() -> None:
     handler = _StderrHandler()
     handler.setFormatter(_Formatter())
+    handler.addFilter(_third_party_redacted)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)

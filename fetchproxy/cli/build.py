@@ -146,6 +146,7 @@ def add_arguments(parser: Parser, words: tuple[str, ...]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fetchproxy.lock.config import config_path_for, load_config  # noqa: PLC0415
+    from fetchproxy.record.rules import KEPT_HEADERS  # noqa: PLC0415
     from fetchproxy.run.build import RunRequest, run_build  # noqa: PLC0415
     from fetchproxy.store import open_store  # noqa: PLC0415
 
@@ -174,5 +175,6 @@ def run(args: argparse.Namespace) -> int:
         allow=(*config_origins(config), *getattr(args, "allow_origin", ())),
         writable=(*config.writable, *args.writable),
         fresh_home=args.fresh_home,
+        keep_headers=KEPT_HEADERS | frozenset(config.headers),
     )
     return run_build(request)

@@ -25,6 +25,7 @@ from fetchproxy.cli.options import (
     default_lock,
     existing_store,
 )
+from fetchproxy.text import printable
 
 if TYPE_CHECKING:
     from fetchproxy.lock.file import LockFileError
@@ -226,7 +227,8 @@ def _text_diff(error: LockFileError, old: tuple[str, str], new: tuple[str, str])
             raw = b""
         sides.append(raw.decode(errors="replace").splitlines(keepends=True))
     body = difflib.unified_diff(sides[0], sides[1], fromfile=old[1], tofile=new[1])
-    return header + "".join(line if line.endswith("\n") else line + "\n" for line in body)
+    lines = (line if line.endswith("\n") else line + "\n" for line in body)
+    return printable(header + "".join(lines))
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -240,9 +242,9 @@ def _show(args: argparse.Namespace) -> int:
     except LockFileError as exc:
         if not args.git_textconv:
             raise
-        sys.stdout.write(f"# fetchproxy: not a valid lock: {exc}\n")
+        sys.stdout.write(f"# fetchproxy: not a valid lock: {printable(str(exc), lines=False)}\n")
         with contextlib.suppress(OSError):  # the error line above already says why
-            sys.stdout.write(path.read_bytes().decode(errors="replace"))
+            sys.stdout.write(printable(path.read_bytes().decode(errors="replace")))
         return 0
     sys.stdout.write(render_listing(lock))
     return 0

@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from fetchproxy.ca import ensure_persistent_ca, persistent_ca_dir  # noqa: PLC0415
     from fetchproxy.lock.config import config_path_for, load_config  # noqa: PLC0415
     from fetchproxy.record.origins import OriginPolicy  # noqa: PLC0415
+    from fetchproxy.record.rules import KEPT_HEADERS  # noqa: PLC0415
     from fetchproxy.run.serve import serve  # noqa: PLC0415
     from fetchproxy.run.settings import ProxySettings  # noqa: PLC0415
     from fetchproxy.store import open_store  # noqa: PLC0415
@@ -68,5 +69,6 @@ def run(args: argparse.Namespace) -> int:
         http2=args.http2,
         rules=config.rules,
         origins=OriginPolicy.of((*config_origins(config), *args.allow_origin), guard_host=False),
+        keep_headers=KEPT_HEADERS | frozenset(config.headers),
     )
     return serve(settings)

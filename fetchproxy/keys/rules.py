@@ -25,7 +25,13 @@ from fetchproxy.errors import FetchproxyError
 from fetchproxy.keys.bodies import decoded_body
 from fetchproxy.keys.gitbody import canonical_body
 from fetchproxy.keys.request import RequestKey, normalize_request
-from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS, InvalidURLError, normalize_url, redact_url
+from fetchproxy.keys.url import (
+    DEFAULT_SECRET_PARAMS,
+    InvalidURLError,
+    normalize_url,
+    redact_text,
+    redact_url,
+)
 
 Headers = Sequence[tuple[str, str]]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -98,6 +104,10 @@ class KeyRules:
     def redact(self, url: str) -> str:
         """``url`` fit for a message: no user info, fragment or secret parameter."""
         return redact_url(url, secret_params=self.secret_params)
+
+    def redact_text(self, text: str) -> str:
+        """A third party's message fit for a log: no quoted value, every URL redacted."""
+        return redact_text(text, secret_params=self.secret_params)
 
     def _url(self, request: RawRequest) -> tuple[str, str]:
         """The absolute URL the key names, and the request's path (with its query)."""

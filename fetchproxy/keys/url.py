@@ -305,3 +305,15 @@ def _escape_unprintable(match: re.Match[str]) -> str:
 
 
 _DEFAULT_SECRET_NAMES = _secret_names(tuple(DEFAULT_SECRET_PARAMS))
+
+
+_QUOTED_RE = re.compile(r"b?'(?:[^'\\]|\\.)*'|b?\"(?:[^\"\\]|\\.)*\"", re.DOTALL)
+_URL_IN_TEXT_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+def redact_text(text: str, *, secret_params: Collection[str] = DEFAULT_SECRET_PARAMS) -> str:
+    """A message from a third party (mitmproxy, an origin) fit for a log: every quoted value
+    (``b'GET /x?token=…'``, ``'Host: …'``) is cut out, every URL in it redacted. Such messages
+    quote request lines and header values, which may hold credentials."""
+    text = _QUOTED_RE.sub("'…'", text)
+    return _URL_IN_TEXT_RE.sub(lambda m: redact_url(m[0], secret_params=secret_params), text)

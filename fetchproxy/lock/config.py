@@ -24,6 +24,7 @@ and type is in :data:`SETTINGS`, the one list the loader and the docs go by.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,9 @@ from pathlib import Path
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.keys.rules import KeyRules
 from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS
+from fetchproxy.lock.model import NEVER_KEPT
+
+_HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9a-z-]+")
 
 CONFIG_NAME = "fetchproxy.toml"
 
@@ -51,6 +55,7 @@ class Setting:
 SETTINGS = (
     Setting("fetchproxy", "secret-params", '["session", "X-Signed"]'),
     Setting("record", "allow", '["files.example.org", "*.example.net:8443"]'),
+    Setting("record", "headers", '["etag", "last-modified"]'),
     Setting("sandbox", "writable", '["~/.cache/pip", "build-cache"]'),
 )
 """Every setting: a list of non-empty strings each, in table ``table``."""
@@ -63,6 +68,8 @@ class Config:
     """The built-in secret parameters plus the project's."""
     allow: tuple[str, ...] = ()
     """``[record] allow``: the origin patterns record may reach."""
+    headers: tuple[str, ...] = ()
+    """``[record] headers``: response headers to keep beyond the built-in ones (lowercase)."""
     writable: tuple[Path, ...] = ()
     """``[sandbox] writable``: absolute paths the build may write that outlive the run."""
     path: Path | None = None
@@ -126,9 +133,28 @@ def parse_config(text: str, *, path: Path) -> Config:
     return Config(
         secret_params=DEFAULT_SECRET_PARAMS | frozenset(values.get("fetchproxy.secret-params", ())),
         allow=values.get("record.allow", ()),
+        headers=_headers(values.get("record.headers", ()), path, line_of),
         writable=tuple(_path(base, p) for p in values.get("sandbox.writable", ())),
         path=path,
     )
+
+
+def _headers(
+    names: tuple[str, ...], path: Path, line_of: Callable[[str | None, str], int]
+) -> tuple[str, ...]:
+    """``[record] headers``: header names, none a secret or volatile one."""
+    lowered = tuple(name.lower() for name in names)
+    for name in lowered:
+        if not _HEADER_NAME_RE.fullmatch(name) or name in NEVER_KEPT:
+            why = (
+                "is not a header name"
+                if name not in NEVER_KEPT
+                else ("is never kept: a secret, volatile, or made by replay itself")
+            )
+            raise ConfigError(
+                f"{path}:{line_of('record', 'headers')}: record.headers: {name!r} {why}"
+            )
+    return lowered
 
 
 def _path(base: Path, value: str) -> Path:

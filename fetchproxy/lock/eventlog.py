@@ -13,8 +13,10 @@ quote a header value or a query, and no header values other than the recorded on
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+import logging
 import os
 from pathlib import Path
 from typing import IO, Final, Self
@@ -22,6 +24,8 @@ from typing import IO, Final, Self
 from fetchproxy.files import check_writable, write_error
 from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.model import Fetch, key_table
+
+logger = logging.getLogger("fetchproxy")
 
 REFUSED: Final = "refused"
 """A request fetchproxy answered itself instead of serving or forwarding it (``reason``)."""
@@ -35,7 +39,9 @@ FAILED: Final = "failed"
 """Record: a request the origin could not answer (``error``)."""
 DRIFT_IN_RUN: Final = "drift-in-run"
 """Record: one request answered with different bytes within one run."""
-EVENTS: Final = (REFUSED, UNUSED, USED, UNSTORED, FAILED, DRIFT_IN_RUN)
+HEADERS_NOT_KEPT: Final = "headers-not-kept"
+"""Record: an answer locked without headers whose values are not clean text (``headers``)."""
+EVENTS: Final = (REFUSED, UNUSED, USED, UNSTORED, FAILED, DRIFT_IN_RUN, HEADERS_NOT_KEPT)
 
 
 def default_log_path(lock_path: Path) -> Path:
@@ -64,6 +70,8 @@ class EventLog:
         self.path = path
         self._file: IO[str] | None = None
         self.counts: dict[str, int] = {}
+        self.failed: str | None = None
+        """Why the log stopped, if it did (a full disk)."""
         if path is not None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -91,7 +99,12 @@ class EventLog:
                 for name, value in fields.items()
                 if value is not None or name == "nearest"  # null: nothing on the host is locked
             )
-            self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+            try:
+                self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+            except OSError as exc:  # a full disk: the run goes on, the log says where it ends
+                self.failed = str(write_error(self.path or Path(), exc, _FIX))
+                logger.error("%s; the event log stops here", self.failed)
+                self._drop()
 
     def refused(
         self,
@@ -108,8 +121,18 @@ class EventLog:
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError as exc:
+                self.failed = str(write_error(self.path or Path(), exc, _FIX))
+                logger.error("%s", self.failed)
             self._file = None
+
+    def _drop(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            with contextlib.suppress(OSError):
+                file.close()
 
     def __enter__(self) -> Self:
         return self

@@ -20,8 +20,18 @@ from fetchproxy.lock.toml import toml_spelling
 
 VERSION: Final = 1
 """The lock format version this fetchproxy reads and writes."""
+REVISION: Final = 2
+"""The newest revision of version 1 this fetchproxy reads: revisions add optional fields, and a
+lock names the lowest one that holds what it uses (docs/lock-format.md, "Changes")."""
+HEADERS_REVISION: Final = 2
+"""The revision that brought ``[fetch.headers]``."""
+MIN_STATUS: Final = 200
+MAX_STATUS: Final = 499
+"""The statuses record locks: final answers below 500 (fetchproxy.record.rules.is_recordable)."""
+MAX_SIZE: Final = (1 << 63) - 1
+"""The largest size a lock can hold: TOML integers are 64-bit."""
 
-LockValue = str | int
+LockValue = str | int | dict[str, str]
 
 
 class LockFieldError(FetchproxyError, ValueError):
@@ -55,6 +65,8 @@ class Field:
 
     def value(self, entry: Fetch) -> LockValue | None:
         """This field's value in ``entry`` (None when absent)."""
+        if self.kind is dict:
+            return dict(entry.headers) or None
         value: LockValue | None = getattr(entry.key if self.in_key else entry, self.attr)
         return value
 
@@ -81,6 +93,7 @@ FIELDS: Final = (
     _answer("content-encoding"),
     _answer("content-disposition"),
     _answer("content-length", int),
+    _answer("headers", dict),
 )
 """Every field of a ``[[fetch]]`` table, in the order they are written: the one table the
 lock's writer, its readers, the journal, the event log and the diff all go by."""
@@ -90,6 +103,7 @@ KEY_FIELDS: Final = tuple(f for f in FIELDS if f.in_key)
 FIELD_NAMES: Final = frozenset(f.name for f in FIELDS)
 
 _METHOD_RE = re.compile(r"[A-Z][A-Z0-9!#$%&'*+.^_`|~-]*")
+_URL_UNSAFE_RE = re.compile(r"[\x00-\x20\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _LINE_BREAK_RE = re.compile(r"[\r\n\x00]")
 RESPONSE_HEADERS: Final = ("content-type", "content-encoding", "content-disposition", "location")
 """The response headers a lock keeps and replay sends back, in that order (the rest are volatile
@@ -123,14 +137,17 @@ class Fetch:
     content_disposition: str | None = None
     content_length: int | None = None
     """The recorded ``content-length`` of a bodiless answer (HEAD); ``size`` is the blob's."""
+    headers: tuple[tuple[str, str], ...] = ()
+    """The other response headers kept (``[fetch.headers]``): lowercase names, sorted."""
 
     def response_headers(self) -> list[tuple[str, str]]:
-        """The recorded headers replay sends back, in :data:`RESPONSE_HEADERS` order."""
-        return [
+        """The recorded headers replay sends back: :data:`RESPONSE_HEADERS`, then the rest."""
+        first = [
             (name, value)
             for name, attr in _HEADER_FIELDS
             if (value := getattr(self, attr)) is not None
         ]
+        return first + list(self.headers)
 
     def sort_key(self) -> SortKey:
         """The lock's total order (that of :class:`RequestKey`)."""
@@ -165,7 +182,7 @@ class Fetch:
                 continue
             # bool is an int subclass; TOML true/false is never a valid value here
             if type(value) is not f.kind:
-                kind = "a string" if f.kind is str else "an integer"
+                kind = {str: "a string", int: "an integer", dict: "a table"}[f.kind]
                 raise LockFieldError(index, f.name, f"{toml_spelling(value)} is not {kind}")
             values[f.name] = value
         try:
@@ -180,6 +197,27 @@ class _BadValueError(Exception):
         self.message = message
 
 
+def _check_numbers(values: dict[str, object]) -> None:
+    status = values["status"]
+    assert isinstance(status, int)
+    if not MIN_STATUS <= status <= MAX_STATUS:
+        hint = (
+            " (5xx answers are passed to the client but never locked)"
+            if status >= 500
+            else " (1xx answers are not final: none is ever locked)"
+            if 100 <= status < 200
+            else ""
+        )
+        raise _BadValueError(
+            "status", f"{status} is not a recordable HTTP status ({MIN_STATUS}-{MAX_STATUS}){hint}"
+        )
+    for name in ("size", "content-length"):
+        number = values.get(name)
+        if isinstance(number, int) and not 0 <= number <= MAX_SIZE:
+            what = "negative" if number < 0 else f"over {MAX_SIZE} (no file is that large)"
+            raise _BadValueError(name, f"{number} is {what}")
+
+
 def _checked(values: dict[str, object]) -> Fetch:
     """Build a Fetch from type-checked values (by field name), checking what types cannot say."""
     method = values["method"]
@@ -190,6 +228,12 @@ def _checked(values: dict[str, object]) -> Fetch:
     assert isinstance(url, str)
     if not url.startswith(("http://", "https://")):
         raise _BadValueError("url", f"{toml_spelling(url)} is not an http:// or https:// URL")
+    if _URL_UNSAFE_RE.search(url):
+        raise _BadValueError(
+            "url",
+            f"{toml_spelling(url)} has a space or control character, which no recorded URL "
+            "holds (recording percent-encodes them)",
+        )
     for name in ("digest", "body-digest"):
         raw = values.get(name)
         if raw is not None:
@@ -198,15 +242,7 @@ def _checked(values: dict[str, object]) -> Fetch:
                 values[name] = parse_digest(raw)
             except ValueError as exc:
                 raise _BadValueError(name, str(exc)) from None
-    status = values["status"]
-    assert isinstance(status, int)
-    if not 100 <= status <= 499:
-        hint = " (5xx answers are passed to the client but never locked)" if status >= 500 else ""
-        raise _BadValueError("status", f"{status} is not a recordable HTTP status (100-499){hint}")
-    for name in ("size", "content-length"):
-        number = values.get(name)
-        if isinstance(number, int) and number < 0:
-            raise _BadValueError(name, f"{number} is negative")
+    _check_numbers(values)
     for name in RESPONSE_HEADERS:
         text = values.get(name)
         if isinstance(text, str) and _LINE_BREAK_RE.search(text):
@@ -216,6 +252,10 @@ def _checked(values: dict[str, object]) -> Fetch:
                 f"{toml_spelling(text)} has a line break or NUL in it, which no header value "
                 "can hold",
             )
+    headers = values.get("headers")
+    if headers is not None:
+        assert isinstance(headers, dict)
+        values["headers"] = _checked_headers(headers)
     try:
         key = RequestKey(**{f.attr: values.get(f.name) for f in KEY_FIELDS})  # type: ignore[arg-type]
     except ValueError:  # an empty accept, git-protocol or body-digest
@@ -223,6 +263,50 @@ def _checked(values: dict[str, object]) -> Fetch:
         raise _BadValueError(empty, "is empty — leave the field out instead") from None
     answer = {f.attr: values[f.name] for f in FIELDS if not f.in_key and f.name in values}
     return Fetch(key=key, **answer)  # type: ignore[arg-type]
+
+
+NEVER_KEPT: Final = frozenset(
+    {
+        *("authorization", "cookie", "set-cookie", "proxy-authorization", "proxy-authenticate"),
+        *("date", "age", "expires", "via", "server", "connection", "keep-alive"),
+        *("transfer-encoding", "content-length", "content-range", "trailer", "upgrade", "te"),
+        *("alt-svc", "x-request-id", "x-amz-request-id", "x-amz-id-2", "cf-ray", "x-cache"),
+    }
+)
+"""Response headers no lock holds: secrets, volatile ones (they change on every fetch and would
+make every re-record a change), and framing that replay makes itself."""
+_HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9a-z-]+")
+_HEADER_VALUE_UNSAFE_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\ud800-\udfff]")
+"""What a kept header value cannot hold: controls (but tab), DEL, and raw bytes that are not
+UTF-8 (recording does not keep such a value, docs/lock-format.md)."""
+
+
+def checked_headers(table: Mapping[object, object]) -> tuple[tuple[str, str], ...]:
+    """A ``[fetch.headers]`` table, validated: ``LockFieldError`` naming the header."""
+    try:
+        return _checked_headers(table)
+    except _BadValueError as bad:
+        raise LockFieldError(None, bad.field_name, bad.message) from None
+
+
+def _checked_headers(table: Mapping[object, object]) -> tuple[tuple[str, str], ...]:
+    checked: list[tuple[str, str]] = []
+    for name, value in sorted(table.items(), key=lambda item: str(item[0])):
+        shown = f"headers.{name}"
+        if not isinstance(name, str) or not _HEADER_NAME_RE.fullmatch(name):
+            raise _BadValueError(shown, "is not a lowercase header name")
+        if name in RESPONSE_HEADERS:
+            raise _BadValueError(shown, f"goes in the fetch's own `{name}` field")
+        if name in NEVER_KEPT:
+            raise _BadValueError(shown, "is a header no lock holds (a secret, or volatile)")
+        if not isinstance(value, str):
+            raise _BadValueError(shown, f"{toml_spelling(value)} is not a string")
+        if _HEADER_VALUE_UNSAFE_RE.search(value):
+            raise _BadValueError(
+                shown, f"{toml_spelling(value)} has a control character, which no kept header holds"
+            )
+        checked.append((name, value))
+    return tuple(checked)
 
 
 class DuplicateFetchError(FetchproxyError, ValueError):

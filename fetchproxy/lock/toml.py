@@ -55,12 +55,13 @@ def toml_spelling(value: object) -> str:
     if isinstance(value, dict):
         if not value:
             return "{}"
-        pairs = (f"{_toml_key(key)} = {toml_spelling(item)}" for key, item in value.items())
+        pairs = (f"{toml_key(key)} = {toml_spelling(item)}" for key, item in value.items())
         return "{ " + ", ".join(pairs) + " }"
     return repr(value)
 
 
-def _toml_key(key: object) -> str:
+def toml_key(key: object) -> str:
+    """``key`` as a TOML key: bare when it can be, else quoted."""
     if isinstance(key, str) and BARE_KEY_RE.fullmatch(key):
         return key
     return toml_basic_string(str(key))

@@ -26,6 +26,7 @@ from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.eventlog import (
     DRIFT_IN_RUN,
     FAILED,
+    HEADERS_NOT_KEPT,
     UNSTORED,
     EventLog,
     check_writable_log,
@@ -66,6 +67,8 @@ class RecordStats:
     """Answered, but the store could not keep the body: not locked, and the lock stays."""
     refused: int = 0
     """Requests fetchproxy answered itself instead of forwarding (invalid, not allowed)."""
+    headers_not_kept: int = 0
+    """Answers locked without a header whose value was not clean text."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,9 @@ class RecordResult:
     """Where what the run recorded is kept, when the lock was not written."""
     previous: Lock | None
     new: Lock
+    changed_meanwhile: bool = False
+    """The lock left as it was by fetchproxy changed during the run all the same (by someone
+    else: a record never lets the build change it)."""
 
 
 class RecordBook:
@@ -97,6 +103,9 @@ class RecordBook:
         self.journal = Journal(journal_path(lock_path), keep=keep)
         self.origins: set[str] = set()
         """The origins (``host`` or ``host:port``) this run reached for the build."""
+        self.journal_failed = False
+        self.lock_bytes: bytes | None = None
+        """The lock file's bytes when the run started (None: there was none)."""
 
     @classmethod
     def open(cls, lock_path: Path, store: Store, log: Path | None, *, keep: bool) -> RecordBook:
@@ -126,6 +135,7 @@ class RecordBook:
         store.check_writable()
         previous = _lock_as_it_is(lock_path)
         book = cls(lock_path, keep=keep, previous=previous, events=EventLog(log_path))
+        book.lock_bytes = _bytes_of(lock_path)
         try:
             book.journal.create()
         except OSError as exc:
@@ -162,8 +172,32 @@ class RecordBook:
         if previous is None:
             self.stats.recorded += 1
             self.stats.bytes += fetch.size
+        try:
+            self.journal.append(fetch)
+        except OSError as exc:  # a full disk: this answer cannot be kept safely
+            self._unjournaled(key, exc)
+            return
         self.fetches[key] = fetch
-        self.journal.append(fetch)
+
+    def _unjournaled(self, key: RequestKey, exc: OSError) -> None:
+        self.stats.unstored += 1
+        error = str(write_error(self.journal.path, exc, "the lock will stay as it was"))
+        if not self.journal_failed:  # said once; every answer it loses is counted
+            logger.error("record: %s", error)
+        self.journal_failed = True
+        self.events.emit(UNSTORED, key=key, error=error)
+
+    def headers_dropped(self, key: RequestKey, names: list[str]) -> None:
+        """``key``'s answer is locked without ``names``: their values are not clean text."""
+        self.stats.headers_not_kept += 1
+        logger.warning(
+            "record: %s %s: not keeping %s (not clean text: control characters or bytes that "
+            "are not UTF-8)",
+            key.method,
+            key.url,
+            ", ".join(names),
+        )
+        self.events.emit(HEADERS_NOT_KEPT, key=key, headers=names)
 
     def reached(self, origin: str) -> None:
         """A request was forwarded to ``origin``."""
@@ -210,21 +244,34 @@ class RecordBook:
                 reason = str(write_error(self.lock_path, exc, "the lock could not be written"))
         self.events.close()
         if reason is None:
-            self.journal.close(remove=True)
+            self._close_journal(remove=True)
             return RecordResult(
                 written=True, reason=None, journal=None, previous=self.previous, new=new
             )
-        self.journal.close(remove=False)  # a run that recorded nothing never made the file
+        self._close_journal(remove=False)  # one that holds no fetch goes all the same
         journal = self.journal.path if self.journal.appended else None
         return RecordResult(
-            written=False, reason=reason, journal=journal, previous=self.previous, new=new
+            written=False,
+            reason=reason,
+            journal=journal,
+            previous=self.previous,
+            new=new,
+            changed_meanwhile=_bytes_of(self.lock_path) != self.lock_bytes,
         )
 
     def close(self) -> None:
         """Close the books without writing the lock (a run that never started): the journal
         goes when it holds nothing."""
         self.events.close()
-        self.journal.close(remove=False)
+        self._close_journal(remove=False)
+
+    def _close_journal(self, *, remove: bool) -> None:
+        try:
+            self.journal.close(remove=remove)
+        except OSError as exc:  # what it holds was flushed line by line: say so, go on
+            logger.error(
+                "record: %s", write_error(self.journal.path, exc, "its last lines may be lost")
+            )
 
     def _why_the_lock_stays(self, build_status: int) -> str | None:
         if build_status < 0:
@@ -237,6 +284,15 @@ class RecordBook:
             return f"the build failed (exit status {build_status})"
         if self.stats.unstored:
             return f"{self.stats.unstored} answer(s) could not be stored"
+        return None
+
+
+def _bytes_of(path: Path) -> bytes | None:
+    """The lock's bytes; None for none, or for the empty file that reserves its name while
+    a first record runs (the writer never writes an empty lock)."""
+    try:
+        return path.read_bytes() or None
+    except OSError:
         return None
 
 

@@ -7,6 +7,7 @@ log, the end-of-run summary and the exit status mean the same whichever answered
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -123,9 +124,16 @@ class ReplayBook:
         self.refused_unkeyed += 1
         self.events.refused(None, reason=reason, error=error, address=address)
 
+    def was_used(self, key: RequestKey) -> bool:
+        """Whether the run asked for ``key``; a HEAD counts as asked for when the GET of the
+        same key was: a client may send the HEAD first or not, by its own timing (uv does)."""
+        if key in self.used:
+            return True
+        return key.method == "HEAD" and dataclasses.replace(key, method="GET") in self.used
+
     def unused(self) -> list[Fetch]:
-        """Lock entries no request asked for in this run."""
-        return [f for f in self.lock.fetches if f.key not in self.used]
+        """Lock entries no request asked for in this run (see :meth:`was_used`)."""
+        return [f for f in self.lock.fetches if not self.was_used(f.key)]
 
     def close(self) -> None:
         """Log which entries were used and which not, and close the event log; once."""
@@ -133,8 +141,8 @@ class ReplayBook:
             return
         self._closed = True
         for fetch in self.lock.fetches:
-            if fetch.key in self.used:
+            if fetch.key in self.used:  # served (a HEAD only covered by its GET is not)
                 self.events.emit(USED, key=fetch.key, digest=fetch.digest, size=fetch.size)
-            else:
+            elif not self.was_used(fetch.key):
                 self.events.emit(UNUSED, key=fetch.key)
         self.events.close()

@@ -15,6 +15,7 @@ from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.model import Fetch, Lock
 from fetchproxy.replay.ranges import ByteRange, Unsatisfiable, parse_range
 from fetchproxy.store import CorruptBlobError, StoreError
+from fetchproxy.text import printable
 
 REFUSED_HEADER = "x-fetchproxy-refused"
 NOT_IN_LOCK = "not-in-lock"
@@ -103,7 +104,7 @@ def refusal(
 def invalid_request(problem: str, reason: str = INVALID_REQUEST) -> Refusal:
     """The 400 for a request no key can name (``reason``: invalid-request, or host-mismatch
     for a ``Host`` header naming another server than the one it was sent to)."""
-    return _refusal(400, reason, f"fetchproxy: refused: {problem}\n")
+    return _refusal(400, reason, printable(f"fetchproxy: refused: {problem}", lines=False) + "\n")
 
 
 def store_refusal(exc: StoreError) -> tuple[str, int]:
@@ -133,7 +134,7 @@ def _refusal_text(key: RequestKey, *, lock_name: str, reason: str = NOT_IN_LOCK)
         why = f"record may not reach this origin for the build (lock {lock_name}; see its log)"
     else:
         why = f"{reason} (lock {lock_name})"
-    return f"fetchproxy: refused {key.method} {key.url}: {why}\n"
+    return printable(f"fetchproxy: refused {key.method} {key.url}: {why}", lines=False) + "\n"
 
 
 def nearest(lock: Lock, key: RequestKey) -> Fetch | None:

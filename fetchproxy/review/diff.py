@@ -21,7 +21,7 @@ from typing import Final
 
 from fetchproxy.digest import PREFIX, Digest, hex_of
 from fetchproxy.lock.model import FIELDS, Fetch, Lock, LockValue
-from fetchproxy.text import counted, human_bytes
+from fetchproxy.text import counted, human_bytes, printable
 
 JSON_FORMAT: Final = "fetchproxy-lock-diff"
 JSON_VERSION: Final = 1
@@ -293,7 +293,7 @@ def render_text(diff: LockDiff, *, old_label: str, new_label: str) -> str:
     if diff.new_hosts:
         lines.append(f"new hosts: {', '.join(diff.new_hosts)}")
     lines.append(summary_line(diff))
-    return "\n".join(lines) + "\n"
+    return "".join(printable(line, lines=False) + "\n" for line in lines)
 
 
 # ------------------------------------------------------------------------------------------ JSON
@@ -339,7 +339,8 @@ def render_json(diff: LockDiff, *, old_label: str, new_label: str) -> str:
         "new_hosts": list(diff.new_hosts),
         "entries": [_change_json(change) for change in diff.entries],
     }
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    # ASCII only: JSON escapes every character a terminal could act on (C1, bidi) that way
+    return json.dumps(document, indent=2, ensure_ascii=True) + "\n"
 
 
 # --------------------------------------------------------------------------------------- listing
@@ -372,4 +373,4 @@ def render_listing(lock: Lock) -> str:
     for host in hosts:
         lines.extend(("", f"{host}:"))
         lines.extend(f"  {_listing_line(entry)}" for entry in by_host[host])
-    return "\n".join(lines) + "\n"
+    return "".join(printable(line, lines=False) + "\n" for line in lines)

@@ -38,6 +38,7 @@ from fetchproxy.keys.rules import KeyRules
 from fetchproxy.lock.eventlog import default_log_path
 from fetchproxy.lock.journal import journal_path
 from fetchproxy.record.origins import OriginPolicy
+from fetchproxy.record.rules import KEPT_HEADERS
 from fetchproxy.run.buildenv import build_environment, wgetrc_text
 from fetchproxy.run.engines import ProxyRun, open_run
 from fetchproxy.run.imports import ImportGuard, preload
@@ -82,6 +83,8 @@ class RunRequest:
     """Paths the build may write that outlive the run (``--writable``, ``[sandbox] writable``)."""
     fresh_home: bool = False
     """An empty ``$HOME`` and XDG directories for the build (``--fresh-home``)."""
+    keep_headers: frozenset[str] = KEPT_HEADERS
+    """record: the response headers kept (the built-in ones plus ``[record] headers``)."""
 
     def settings(self, confdir: Path, host: str, port: int) -> ProxySettings:
         """The proxy's settings for this run, listening at ``host:port``."""
@@ -99,6 +102,7 @@ class RunRequest:
             rules=self.rules,
             http2=self.http2,
             origins=OriginPolicy.of(self.allow, guard_host=True),
+            keep_headers=self.keep_headers,
         )
 
     def protected(self) -> list[Path]:

@@ -99,7 +99,14 @@ def open_run(
 
     own = host_addresses() if s.origins.guard_host else ()
     record = RecordBook.open(s.lock, s.store, s.log, keep=s.keep)
-    addon = Record(record, store=s.store, rules=s.rules, origins=s.origins, own_addresses=own)
+    addon = Record(
+        record,
+        store=s.store,
+        rules=s.rules,
+        origins=s.origins,
+        own_addresses=own,
+        keep_headers=s.keep_headers,
+    )
     return ProxyRun(s, _mitmproxy(s, addon, on_running), record=record)
 
 

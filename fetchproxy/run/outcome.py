@@ -20,7 +20,7 @@ from fetchproxy.record.origins import paste_ready
 from fetchproxy.replay.book import ReplayBook
 from fetchproxy.review.diff import diff_locks, render_text
 from fetchproxy.run.engines import ProxyRun
-from fetchproxy.text import counted, human_bytes
+from fetchproxy.text import counted, human_bytes, printable
 
 
 class ExitStatus(enum.IntEnum):
@@ -65,14 +65,14 @@ def finish(run: ProxyRun, *, build_status: int = 0) -> int:
     lock = run.settings.lock
     if run.record is not None:
         result = run.record.finish(build_status)
-        print(record_text(run.record, result, lock=lock), file=sys.stderr)
+        _say(record_text(run.record, result, lock=lock))
         policy = run.settings.origins
         if policy.guard_host and not policy.patterns and run.record.origins:
-            print(reached_text(run.record.origins), file=sys.stderr)
+            _say(reached_text(run.record.origins))
         return ExitStatus.OK if result.written else ExitStatus.INCOMPLETE
     book = run.book
     assert book is not None, "a replay run keeps a book"
-    print(replay_summary(book, lock=lock), file=sys.stderr)
+    _say(replay_summary(book, lock=lock))
     book.close()
     if run.settings.exact and (book.stats.refused or book.unused()):
         print(
@@ -104,6 +104,11 @@ def build_outcome(run: ProxyRun, build_status: int) -> int:
 # ----------------------------------------------------------------------------------------- text
 
 
+def _say(text: str) -> None:
+    """Print ``text`` on stderr, a line at a time, nothing in it a terminal acts on."""
+    print("\n".join(printable(line, lines=False) for line in text.split("\n")), file=sys.stderr)
+
+
 def record_text(book: RecordBook, result: RecordResult, *, lock: Path) -> str:
     """What a record run says at the end: the summary, then the lock's changes or why it stays."""
     lines = [record_summary(book, lock=lock, written=result.written)]
@@ -111,7 +116,13 @@ def record_text(book: RecordBook, result: RecordResult, *, lock: Path) -> str:
         if result.previous is not None:
             lines.append(lock_changes(result.previous, result.new, lock=lock))
         return "\n".join(lines)
-    lines.append(f"fetchproxy: {result.reason}: {lock} is unchanged")
+    if result.changed_meanwhile:
+        lines.append(
+            f"fetchproxy: {result.reason}: fetchproxy left {lock} as it was, but it changed "
+            "during the run (not by fetchproxy): check it before you commit it"
+        )
+    else:
+        lines.append(f"fetchproxy: {result.reason}: {lock} is unchanged")
     if result.journal is not None:
         onto = " on top of it (--keep)" if book.keep else ""
         lines.append(
@@ -148,6 +159,8 @@ def record_summary(book: RecordBook, *, lock: Path, written: bool = True) -> str
         extras.append(f"{stats.refused} refused by fetchproxy (see the event log)")
     if stats.failed:
         extras.append(f"{stats.failed} failed")
+    if stats.headers_not_kept:
+        extras.append(f"{stats.headers_not_kept} locked without a header that was not clean text")
     if stats.unstored:
         extras.append(f"{stats.unstored} not stored (the errors above say why)")
     return line + (f"; {', '.join(extras)}" if extras else "")

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from fetchproxy.keys.rules import KeyRules
 from fetchproxy.record.origins import OriginPolicy
+from fetchproxy.record.rules import KEPT_HEADERS
 from fetchproxy.store import Store
 
 Mode = Literal["record", "replay"]
@@ -35,6 +36,9 @@ class ProxySettings:
     origins: OriginPolicy = field(default_factory=lambda: OriginPolicy(guard_host=False))
     """record: which origins it may reach (``--allow-origin``, ``[record] allow``; a sandboxed
     build's record refuses the host's own addresses too)."""
+    keep_headers: frozenset[str] = KEPT_HEADERS
+    """record: the response headers kept beside the lock's own header fields (the built-in
+    ones plus ``[record] headers``)."""
     keep: bool = False
     """record: keep the existing lock, record only what it lacks (``--keep``)."""
     exact: bool = False

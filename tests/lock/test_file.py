@@ -174,7 +174,7 @@ FIX = "restore the file from version control, or re-record it with `fetchproxy r
             lock_text(TABLE + 'colour = "blue"\n'),
             "app.lock.toml:10: fetch[0].colour: unknown field — the fields of a fetch are method, "
             "url, accept, git-protocol, body-digest, status, location, digest, size, content-type, "
-            "content-encoding, content-disposition, content-length",
+            "content-encoding, content-disposition, content-length, headers",
         ),
         (
             lock_text(TABLE.replace("status = 200", 'status = "200"')),
@@ -207,7 +207,7 @@ FIX = "restore the file from version control, or re-record it with `fetchproxy r
         ),
         (
             lock_text(TABLE.replace("status = 200", "status = 503")),
-            "app.lock.toml:7: fetch[0].status: 503 is not a recordable HTTP status (100-499) "
+            "app.lock.toml:7: fetch[0].status: 503 is not a recordable HTTP status (200-499) "
             "(5xx answers are passed to the client but never locked)",
         ),
         (
@@ -257,8 +257,8 @@ FIX = "restore the file from version control, or re-record it with `fetchproxy r
         ),
         (
             HEADER + "version = 1\nname = 'x'\n",
-            "app.lock.toml:3: name: unknown top-level key — a lock holds `version` and [[fetch]] "
-            "tables only",
+            "app.lock.toml:3: name: unknown top-level key — a lock holds `version`, `revision` and "
+            "[[fetch]] tables only",
         ),
     ],
 )

@@ -71,7 +71,21 @@ def test_round_trip_through_dict_keeps_field_order() -> None:
             'fetch[7].location: "/b\\r\\nset-cookie: x" has a line break or NUL in it, which no '
             "header value can hold",
         ),
-        ({"status": 99}, "fetch[7].status: 99 is not a recordable HTTP status (100-499)"),
+        ({"status": 99}, "fetch[7].status: 99 is not a recordable HTTP status (200-499)"),
+        (
+            {"status": 101},
+            "fetch[7].status: 101 is not a recordable HTTP status (200-499) (1xx answers are not "
+            "final: none is ever locked)",
+        ),
+        (
+            {"size": 1 << 63},
+            f"fetch[7].size: {1 << 63} is over {(1 << 63) - 1} (no file is that large)",
+        ),
+        (
+            {"url": "https://h/\x1b[8m"},
+            'fetch[7].url: "https://h/\\u001B[8m" has a space or control character, which no '
+            "recorded URL holds (recording percent-encodes them)",
+        ),
         (
             {"body-digest": "blake3:00"},
             "fetch[7].body-digest: 'blake3:00' is not a digest: "

@@ -529,7 +529,7 @@ def test_cli_show(locks: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) 
     assert run_command("lock", "show", "--git-textconv", str(new)) == 0
     assert capsys.readouterr().out == (
         f"# fetchproxy: not a valid lock: {new}:2: foo: unknown top-level key — a lock holds "
-        "`version` and [[fetch]] tables only\nversion = 1\nfoo = 2\n"
+        "`version`, `revision` and [[fetch]] tables only\nversion = 1\nfoo = 2\n"
     )
 
 

@@ -42,6 +42,7 @@ def raw_request(flow: http.HTTPFlow) -> RawRequest:
         target=request.path,
         headers=list(headers),
         body=request.raw_content or b"",
+        sni=flow.client_conn.sni if request.scheme == "https" else None,
     )
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 with warnings.catch_warnings():
     # mitmproxy's dependencies (ldap3 with pyasn1 0.6, passlib with `crypt`) warn on import.
@@ -23,6 +24,16 @@ from fetchproxy.run.settings import Mode, ProxySettings
 from fetchproxy.store import DiskStore
 from tests.support.origin import Origin, OriginPKI, make_pki, standard_site
 from tests.support.proxy import Paths, ProxyThread, Rig, StartProxy
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Property tests: derandomized and without a database in CI (a failure is the same
+    failure on every run, and nothing carries over between runs); FETCHPROXY_HYPOTHESIS=long
+    for a longer, random search on demand (e.g. before a release)."""
+    settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+    settings.register_profile("long", max_examples=5000, deadline=None)
+    chosen = os.environ.get("FETCHPROXY_HYPOTHESIS") or ("ci" if os.environ.get("CI") else "")
+    settings.load_profile(chosen or "default")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -24,10 +24,15 @@ SECRET_HEADERS: frozenset[str] = frozenset(
 
 _TOKEN_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _OWS = " \t"  # HTTP optional whitespace
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\ud800-\udfff]")
 
 
 class InvalidMethodError(FetchproxyError, ValueError):
     """A request method that is not an HTTP token."""
+
+
+class InvalidHeaderError(FetchproxyError, ValueError):
+    """A header the key is made of whose value no HTTP header may hold."""
 
 
 SortKey = tuple[str, str, str, str, str]
@@ -99,6 +104,11 @@ def normalize_request(
     git_protocols: list[str] = []
     for name, value in headers:
         lower = name.lower()
+        if lower in ("accept", "git-protocol") and _CONTROL_RE.search(value):
+            raise InvalidHeaderError(
+                f"{name} header of {method} '{redact_url(url, secret_params=secret_params)}': "
+                "it has a control character, which no header value may hold (RFC 9110)"
+            )
         if lower == "accept":
             accepts.append(value)
         elif lower == "git-protocol":

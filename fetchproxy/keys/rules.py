@@ -17,6 +17,7 @@ Pure: no I/O, no mitmproxy.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ from fetchproxy.keys.url import (
 )
 
 Headers = Sequence[tuple[str, str]]
+_IPV4_RE = re.compile(r"[0-9.]+")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -61,6 +63,8 @@ class RawRequest:
     target: str
     headers: Headers
     body: bytes = b""
+    sni: str | None = None
+    """The TLS server name the client asked for inside the tunnel, when it sent one."""
 
     def header(self, name: str) -> str | None:
         """Every value of header ``name`` (lower case) joined by ``, ``; None when absent."""
@@ -109,6 +113,25 @@ class KeyRules:
         """A third party's message fit for a log: no quoted value, every URL redacted."""
         return redact_text(text, secret_params=self.secret_params)
 
+    def _check_sni(self, request: RawRequest, url: str) -> None:
+        """The server name of the tunnel's TLS must be the host the key names, when that host
+        is a name: the origin proves its identity for the SNI, and the lock must name the same
+        server (an address as host says nothing about names)."""
+        sni = request.sni or ""
+        netloc = url.split("/")[2]
+        host = netloc.rpartition(":")[0] if ":" in netloc else netloc
+        if not sni or netloc.startswith("[") or _IPV4_RE.fullmatch(host):
+            return
+        try:
+            named = normalize_url(f"https://{sni}/", secret_params=()).split("/")[2]
+        except InvalidURLError:
+            named = sni
+        if named != host:
+            raise HostMismatchError(
+                f"{request.method} {self.redact(url)}: its TLS server name ({_shown(sni)}) "
+                "names another server than the one it was sent to"
+            )
+
     def _url(self, request: RawRequest) -> tuple[str, str]:
         """The absolute URL the key names, and the request's path (with its query)."""
         scheme, target = request.scheme, request.target
@@ -144,7 +167,9 @@ class KeyRules:
         default = f":{_DEFAULT_PORTS[scheme]}"
         shown = authority.removesuffix(default) if authority.endswith(default) else authority
         url = f"{scheme}://{shown}{path}"
-        self.url(url)  # a URL no key can name is said as such, before any Host is compared
+        normal = self.url(url)  # a URL no key can name is said as such, before Host is compared
+        if request.sni is not None:
+            self._check_sni(request, normal)
         for host in hosts:
             if not _same_server(scheme, host, authority):
                 raise HostMismatchError(

@@ -154,8 +154,13 @@ class RecordBook:
         self.stats.kept += 1
 
     def recorded(self, fetch: Fetch) -> None:
-        """An answer stored and ready to lock: counted and journaled at once."""
+        """An answer stored and ready to lock: journaled at once, then counted."""
         key = fetch.key
+        try:
+            self.journal.append(fetch)
+        except OSError as exc:  # a full disk: this answer cannot be kept safely
+            self._unjournaled(key, exc)
+            return
         previous = self.fetches.get(key)
         if previous is not None and previous != fetch:
             logger.warning(
@@ -172,11 +177,6 @@ class RecordBook:
         if previous is None:
             self.stats.recorded += 1
             self.stats.bytes += fetch.size
-        try:
-            self.journal.append(fetch)
-        except OSError as exc:  # a full disk: this answer cannot be kept safely
-            self._unjournaled(key, exc)
-            return
         self.fetches[key] = fetch
 
     def _unjournaled(self, key: RequestKey, exc: OSError) -> None:
@@ -269,9 +269,9 @@ class RecordBook:
         try:
             self.journal.close(remove=remove)
         except OSError as exc:  # what it holds was flushed line by line: say so, go on
-            logger.error(
-                "record: %s", write_error(self.journal.path, exc, "its last lines may be lost")
-            )
+            if not self.journal_failed:  # else said already
+                why = write_error(self.journal.path, exc, "its last lines may be lost")
+                logger.error("record: %s", why)
 
     def _why_the_lock_stays(self, build_status: int) -> str | None:
         if build_status < 0:

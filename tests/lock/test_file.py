@@ -492,3 +492,36 @@ def test_user_info_and_fragments_are_never_echoed(url: str, what: str) -> None:
 )
 def test_an_invalid_url_says_why_without_its_secrets(url: str, message: str) -> None:
     assert problems_of(url) == [f"app.lock.toml: fetch[0] url {message} — {AGAIN}"]
+
+
+# --------------------------------------------------------------------------------- fuzzing
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=400))
+def test_any_text_is_a_lock_or_a_file_line_error(text: str) -> None:
+    """The loader returns a lock or a `file:line` error, whatever it is given."""
+    try:
+        parse_lock(text, path="fuzz.lock.toml")
+    except LockFileError as exc:
+        message = str(exc)
+    else:
+        return
+    assert message.startswith("fuzz.lock.toml")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_a_damaged_lock_is_a_lock_or_a_file_line_error(data: st.DataObject) -> None:
+    """The golden lock with characters inserted, deleted or replaced at random places."""
+    text = GOLDEN.read_text()
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(text)))
+        cut = data.draw(st.integers(0, 3))
+        text = text[:at] + data.draw(st.text(max_size=6)) + text[at + cut :]
+    try:
+        lock = parse_lock(text, path="damaged.lock.toml")
+    except LockFileError as exc:
+        assert exc.path == "damaged.lock.toml"  # noqa: PT017 -- a lock, or this error
+        return
+    assert parse_lock(render_lock(lock)) == lock  # what it reads, the writer writes back

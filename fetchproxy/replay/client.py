@@ -56,7 +56,7 @@ WRITE_LOW = 0
 STREAM_CHUNK = 64 * 1024
 """Bytes read from the store at a time for a streamed body. A client that stopped reading
 holds about two and a half of them (the one the send buffer keeps, and the store reader's
-withheld next one): 187 kB a connection in ``bench/replay_load.py``, 249 kB with TLS.
+withheld next one): about 180 kB a connection in ``bench/replay_load.py``, 250 kB with TLS.
 Smaller chunks cost throughput (32 KiB: a fifth of it over plain HTTP), larger ones memory."""
 READ_AHEAD = 64 * 1024
 """Pipelined bytes buffered while an answer is in progress before reading pauses."""

@@ -11,12 +11,12 @@ and the server answers it with :meth:`~H1Connection.refuse`. Answers go out thro
 methods that return their bytes (:meth:`~H1Connection.respond`, :meth:`~H1Connection.whole`,
 :meth:`~H1Connection.send_continue`, :meth:`~H1Connection.accept_tunnel`, ...).
 
-Both sides' states and every transition are in the tables below (:data:`THEIR_STEPS`,
-:data:`OUR_STEPS`, :data:`JOINT_STEPS`): a step the tables do not hold is a bug in the caller
-and raises :class:`LocalProtocolError`. Pipelined requests wait in the receive buffer until
-the answer before them is done; keep-alive follows the request's version and ``Connection``
-header; a ``CONNECT`` the server accepts switches the connection to a tunnel, and what the
-client sent after it is the tunnel's (:meth:`~H1Connection.trailing_data`).
+Both sides' states, the events and every transition are the tables of
+:mod:`fetchproxy.replay.h1state`: a step they do not hold is a bug in the caller and raises
+:class:`LocalProtocolError`. Pipelined requests wait in the receive buffer until the answer
+before them is done; keep-alive follows the request's version and ``Connection`` header; a
+``CONNECT`` the server accepts switches the connection to a tunnel, and what the client sent
+after it is the tunnel's (:meth:`~H1Connection.trailing_data`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,21 @@ import enum
 from typing import Final
 
 from fetchproxy.replay.decisions import REFUSED_HEADER
+from fetchproxy.replay.h1state import (
+    NEED_DATA,
+    OUR_STEPS,
+    PAUSED,
+    SETTLED,
+    THEIR_STEPS,
+    ConnectionClosed,
+    EndOfMessage,
+    Event,
+    LocalProtocolError,
+    Request,
+    Sent,
+    State,
+    Wait,
+)
 from fetchproxy.replay.http1 import (
     MAX_BODY,
     MAX_HEAD,
@@ -48,120 +63,20 @@ _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 _CONNECTED: Final = b"HTTP/1.1 200 Connection established\r\n\r\n"
 
 
-class LocalProtocolError(RuntimeError):
-    """The server asked for a step its state does not allow (a bug, never the client's)."""
-
-
-class State(enum.Enum):
-    IDLE = "idle"
-    """Client: no request begun. Server: no request to answer."""
-    SEND_BODY = "send-body"
-    """Client: its head is read, its body is arriving. Server: its head is sent, the body
-    is streaming."""
-    SEND_RESPONSE = "send-response"
-    """Server: a request to answer, no head sent yet (``100 Continue`` may go out)."""
-    DONE = "done"
-    """The request is complete, or the answer is; the next cycle begins when both are."""
-    MUST_CLOSE = "must-close"
-    """Done, and the connection closes: nothing more is read or answered."""
-    CLOSED = "closed"
-    """Client: it closed its side."""
-    SWITCHED = "switched"
-    """A ``CONNECT`` was accepted: the bytes that follow belong to the tunnel."""
-    ERROR = "error"
-    """Client: it sent something that is not HTTP/1.1."""
-
-    __hash__ = object.__hash__  # members are singletons: Enum's own hash is a Python call
-
-
-class Sent(enum.Enum):
-    """What the server sends, as the transition tables name it."""
-
-    CONTINUE = "100 Continue"
-    HEAD = "an answer's head"
-    END = "the end of an answer's body"
-    WHOLE = "a whole answer"
-    TUNNEL = "200 to a CONNECT"
-    REFUSAL = "an error answer"
-
-    __hash__ = object.__hash__
-
-
-class Request:
-    """A request head, read; its body (if any) follows in :class:`EndOfMessage`."""
-
-    __slots__ = ("head",)
-
-    def __init__(self, head: RequestHead) -> None:
-        self.head = head
-
-
-class EndOfMessage:
-    """The request is complete: its whole body (``b""`` when it has none)."""
-
-    __slots__ = ("body",)
-
-    def __init__(self, body: bytes) -> None:
-        self.body = body
-
-
 _NO_BODY: Final = EndOfMessage(b"")
-
-
-class ConnectionClosed:
-    """The client closed its side, and every request it sent before has been handed out."""
-
-    __slots__ = ()
-
-
-class Wait(enum.Enum):
-    NEED_DATA = "need data"
-    """Nothing more until more bytes arrive."""
-    PAUSED = "paused"
-    """Nothing more until the answer in progress is done (or ever, once closing)."""
-
-
-NEED_DATA: Final = Wait.NEED_DATA
-PAUSED: Final = Wait.PAUSED
-Event = Request | EndOfMessage | ConnectionClosed
-
-S = State
-THEIR_STEPS: Final[dict[State, dict[type[Event], State]]] = {
-    S.IDLE: {Request: S.SEND_BODY, ConnectionClosed: S.CLOSED},
-    S.SEND_BODY: {EndOfMessage: S.DONE},
-    S.DONE: {ConnectionClosed: S.CLOSED},
-    S.MUST_CLOSE: {ConnectionClosed: S.CLOSED},
-    S.CLOSED: {ConnectionClosed: S.CLOSED},
-    S.SWITCHED: {},
-    S.ERROR: {},
-}
-"""The client's transitions, by what it sent (events)."""
-OUR_STEPS: Final[dict[State, dict[Sent, State]]] = {
-    S.IDLE: {Sent.REFUSAL: S.MUST_CLOSE},
-    S.SEND_RESPONSE: {
-        Sent.CONTINUE: S.SEND_RESPONSE,
-        Sent.HEAD: S.SEND_BODY,
-        Sent.WHOLE: S.DONE,
-        Sent.TUNNEL: S.SWITCHED,
-        Sent.REFUSAL: S.MUST_CLOSE,
-    },
-    S.SEND_BODY: {Sent.END: S.DONE},
-    S.DONE: {},
-    S.MUST_CLOSE: {},
-    S.SWITCHED: {},
-}
-"""The server's transitions, by what it sends."""
-JOINT_STEPS: Final[dict[tuple[State, State], tuple[State, State]]] = {
-    (S.SEND_BODY, S.IDLE): (S.SEND_BODY, S.SEND_RESPONSE),  # a request to answer
-    (S.DONE, S.DONE): (S.IDLE, S.IDLE),  # kept alive: the next request
-    (S.DONE, S.MUST_CLOSE): (S.MUST_CLOSE, S.MUST_CLOSE),
-    (S.DONE, S.SWITCHED): (S.SWITCHED, S.SWITCHED),
-    (S.MUST_CLOSE, S.SWITCHED): (S.SWITCHED, S.SWITCHED),  # an HTTP/1.0 CONNECT
-    (S.CLOSED, S.IDLE): (S.CLOSED, S.MUST_CLOSE),
-    (S.CLOSED, S.DONE): (S.CLOSED, S.MUST_CLOSE),
-}
-"""(client, server) → (client, server), applied after every step until nothing changes;
-before them, a connection not kept alive turns either side's DONE into MUST_CLOSE."""
+__all__ = [
+    "NEED_DATA",
+    "PAUSED",
+    "ConnectionClosed",
+    "EndOfMessage",
+    "Event",
+    "H1Connection",
+    "LocalProtocolError",
+    "Request",
+    "State",
+    "Wait",
+    "answer_bytes",
+]
 
 
 class _Chunk(enum.Enum):
@@ -485,7 +400,7 @@ class H1Connection:
             raise LocalProtocolError(
                 f"the client cannot send {event.__name__} in state {self.their_state.value}"
             ) from None
-        self.their_state, self.our_state = _SETTLED[theirs, self.our_state, self.keep_alive]
+        self.their_state, self.our_state = SETTLED[theirs, self.our_state, self.keep_alive]
 
     def _step_ours(self, sent: Sent) -> None:
         try:
@@ -494,25 +409,4 @@ class H1Connection:
             raise LocalProtocolError(
                 f"cannot send {sent.value} in state {self.our_state.value}"
             ) from None
-        self.their_state, self.our_state = _SETTLED[self.their_state, ours, self.keep_alive]
-
-
-def _settle(theirs: State, ours: State, *, keep_alive: bool) -> tuple[State, State]:
-    """Where (client, server) end up after the state-triggered steps (JOINT_STEPS)."""
-    while True:
-        if not keep_alive:
-            theirs = State.MUST_CLOSE if theirs is State.DONE else theirs
-            ours = State.MUST_CLOSE if ours is State.DONE else ours
-        settled = JOINT_STEPS.get((theirs, ours), (theirs, ours))
-        if settled == (theirs, ours):
-            return settled
-        theirs, ours = settled
-
-
-_SETTLED: Final = {
-    (theirs, ours, alive): _settle(theirs, ours, keep_alive=alive)
-    for theirs in State
-    for ours in State
-    for alive in (True, False)
-}
-"""Every (client, server, kept alive) and where it settles: the tables, worked out once."""
+        self.their_state, self.our_state = SETTLED[self.their_state, ours, self.keep_alive]

@@ -9,10 +9,6 @@ from __future__ import annotations
 import pytest
 
 from fetchproxy.replay.connection import (
-    _SETTLED,
-    JOINT_STEPS,
-    OUR_STEPS,
-    THEIR_STEPS,
     ConnectionClosed,
     EndOfMessage,
     Event,
@@ -23,6 +19,7 @@ from fetchproxy.replay.connection import (
     Wait,
     answer_bytes,
 )
+from fetchproxy.replay.h1state import JOINT_STEPS, OUR_STEPS, SETTLED, THEIR_STEPS
 from fetchproxy.replay.http1 import MAX_HEAD, BodyTooLargeError, HTTPParseError
 from fetchproxy.replay.receivebuffer import ReceiveBuffer
 
@@ -369,7 +366,7 @@ def test_the_tables_use_every_state_and_have_no_dead_end() -> None:
         raw = [(after, ours) for after in THEIR_STEPS[theirs].values()]
         raw += [(theirs, after) for after in OUR_STEPS.get(ours, {}).values()]
         stepped_to.update(raw)
-        nexts = [_SETTLED[pair[0], pair[1], alive] for pair in raw]
+        nexts = [SETTLED[pair[0], pair[1], alive] for pair in raw]
         nexts = [n for n in nexts if n != (theirs, ours)]
         if not {theirs, ours} & closing:
             assert nexts, f"stuck in {theirs.value}/{ours.value}"

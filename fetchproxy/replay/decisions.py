@@ -101,10 +101,13 @@ def refusal(
     return _refusal(status, reason, _refusal_text(key, lock_name=lock_name, reason=reason))
 
 
-def invalid_request(problem: str, reason: str = INVALID_REQUEST) -> Refusal:
+def invalid_request(problem: str, reason: str = INVALID_REQUEST, status: int = 400) -> Refusal:
     """The 400 for a request no key can name (``reason``: invalid-request, or host-mismatch
-    for a ``Host`` header naming another server than the one it was sent to)."""
-    return _refusal(400, reason, printable(f"fetchproxy: refused: {problem}", lines=False) + "\n")
+    for a ``Host`` header naming another server than the one it was sent to; ``status`` 413
+    for a body over the limit)."""
+    return _refusal(
+        status, reason, printable(f"fetchproxy: refused: {problem}", lines=False) + "\n"
+    )
 
 
 def store_refusal(exc: StoreError) -> tuple[str, int]:

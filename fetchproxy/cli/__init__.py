@@ -54,6 +54,26 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         ("lock", "recover"), "write the lock from the journal of an interrupted record", "lock"
     ),
+    Command(
+        ("lock", "digest"),
+        "print a lock's fetch-set digest (what an exact replay of it prints)",
+        "provenance",
+    ),
+    Command(
+        ("lock", "sbom"),
+        "a CycloneDX or SPDX SBOM of what a lock fetches, or of what a replay served",
+        "provenance",
+    ),
+    Command(
+        ("attest", "verify"),
+        "check an attestation's signature, and that its statement matches the lock",
+        "attest",
+    ),
+    Command(
+        ("attest", "sign"),
+        "sign a statement `replay --attest` wrote, in a step the build cannot see",
+        "attest",
+    ),
     Command(("store", "gc"), "remove the blobs no given lock uses, and stale temp files", "store"),
     Command(
         ("store", "verify"),
@@ -71,6 +91,7 @@ GROUPS: dict[str, str] = {
     "lock": "work with lock files",
     "store": "work with the content-addressed store",
     "ca": "the CA whose certificate clients must trust for HTTPS through the proxy",
+    "attest": "attestations of what a replay served (in-toto statements, DSSE envelopes)",
 }
 """Commands that only hold subcommands, and their summaries."""
 

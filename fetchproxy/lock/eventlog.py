@@ -29,13 +29,16 @@ UNUSED: Final = "unused"
 """Replay, at the end: a lock entry no request asked for."""
 USED: Final = "used"
 """Replay, at the end: a lock entry that was served (``digest``, ``size``)."""
+FETCH_SET: Final = "fetch-set"
+"""Replay, last of all: what the run served as a whole (``key`` null; ``digest``: the fetch-set
+digest of the ``used`` entries, ``entries``: how many, ``exact``, ``refused``, ``sandbox``)."""
 UNSTORED: Final = "unstored"
 """Record: an answer the client got but the store could not keep (``error``)."""
 FAILED: Final = "failed"
 """Record: a request the origin could not answer (``error``)."""
 DRIFT_IN_RUN: Final = "drift-in-run"
 """Record: one request answered with different bytes within one run."""
-EVENTS: Final = (REFUSED, UNUSED, USED, UNSTORED, FAILED, DRIFT_IN_RUN)
+EVENTS: Final = (REFUSED, UNUSED, USED, FETCH_SET, UNSTORED, FAILED, DRIFT_IN_RUN)
 
 
 def default_log_path(lock_path: Path) -> Path:

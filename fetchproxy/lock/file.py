@@ -125,6 +125,14 @@ def load_lock(path: Path, *, require_sorted: bool = True, name: str | None = Non
     revision for a temp file of git's), line and field. With ``require_sorted=False`` entries
     may be in any order (for `lock fmt`).
     """
+    return read_lock(path, require_sorted=require_sorted, name=name)[0]
+
+
+def read_lock(
+    path: Path, *, require_sorted: bool = True, name: str | None = None
+) -> tuple[Lock, bytes]:
+    """:func:`load_lock`, and the bytes the lock was read from (one read: what a statement
+    about the lock names is what was loaded)."""
     display = str(path) if name is None else name
     try:
         raw = path.read_bytes()
@@ -139,7 +147,7 @@ def load_lock(path: Path, *, require_sorted: bool = True, name: str | None = Non
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise LockFileError(display, line, f"not UTF-8 text — {_FIX_MALFORMED}") from None
-    return parse_lock(text, path=display, require_sorted=require_sorted)
+    return parse_lock(text, path=display, require_sorted=require_sorted), raw
 
 
 def parse_lock(text: str, *, path: str = "<lock>", require_sorted: bool = True) -> Lock:

@@ -31,7 +31,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from fetchproxy.ca import generate_ephemeral_ca, system_trust_bundle
 from fetchproxy.keys.rules import KeyRules
@@ -40,7 +40,7 @@ from fetchproxy.run.engines import ProxyRun, open_run
 from fetchproxy.run.outcome import ExitStatus, build_outcome, finish
 from fetchproxy.run.relay import Relay
 from fetchproxy.run.rundir import run_dir
-from fetchproxy.run.settings import Mode, ProxySettings
+from fetchproxy.run.settings import Isolation, Mode, ProxySettings
 from fetchproxy.sandbox import (
     BuildProcess,
     BuildStartError,
@@ -51,6 +51,9 @@ from fetchproxy.sandbox import (
 )
 from fetchproxy.sandbox.netns import threads_outside_own_netns
 from fetchproxy.store import Store
+
+if TYPE_CHECKING:
+    from fetchproxy.run.attest import Attester
 
 PROXY_PORT = 3128
 """The proxy's port as the build sees it: in the edge namespace (root sandbox) or on the
@@ -72,9 +75,14 @@ class RunRequest:
     exact: bool = False
     rules: KeyRules = field(default_factory=KeyRules)
     http2: bool = False
+    attest: Attester | None = None
+    """replay: the attestation to write when the build succeeded (``--attest``)."""
 
-    def settings(self, confdir: Path, host: str, port: int) -> ProxySettings:
-        """The proxy's settings for this run, listening at ``host:port``."""
+    def settings(
+        self, confdir: Path, host: str, port: int, *, isolation: Isolation
+    ) -> ProxySettings:
+        """The proxy's settings for this run, listening at ``host:port``, its build in the
+        ``isolation`` sandbox."""
         return ProxySettings(
             mode=self.mode,
             lock=self.lock,
@@ -88,6 +96,8 @@ class RunRequest:
             exact=self.exact,
             rules=self.rules,
             http2=self.http2,
+            sandbox=isolation,
+            attest=self.attest,
         )
 
 
@@ -120,7 +130,8 @@ async def _run(request: RunRequest, tmp: Path) -> int:
 async def _in_edge(request: RunRequest, sandbox: Sandbox, confdir: Path) -> AsyncIterator[ProxyRun]:
     """The proxy listening in the root sandbox's edge namespace, for the ``with`` block."""
     proxy = open_run(
-        request.settings(confdir, sandbox.edge_address, PROXY_PORT), on_running=sandbox.leave_edge
+        request.settings(confdir, sandbox.edge_address, PROXY_PORT, isolation="root"),
+        on_running=sandbox.leave_edge,
     )
     sandbox.enter_edge()
     try:
@@ -146,7 +157,7 @@ async def _in_user_sandbox(
     request: RunRequest, sandbox: UserSandbox, confdir: Path
 ) -> AsyncIterator[ProxyRun]:
     """The proxy serving the user sandbox's listener, for the ``with`` block."""
-    settings = request.settings(confdir, "127.0.0.1", 0)
+    settings = request.settings(confdir, "127.0.0.1", 0, isolation="user")
     inside = f"{sandbox.proxy_host}:{sandbox.proxy_port}"
     if settings.direct:
         # The direct replay server serves on the listener made inside the sandbox itself:
@@ -229,7 +240,7 @@ async def _run_unsandboxed(request: RunRequest, confdir: Path, tmp: Path, bundle
         "the others",
         file=sys.stderr,
     )
-    proxy = open_run(request.settings(confdir, "127.0.0.1", 0))
+    proxy = open_run(request.settings(confdir, "127.0.0.1", 0, isolation="none"))
     host, port = (await proxy.start())[0]
     try:
         ca_path = tmp / "ca-bundle.pem"

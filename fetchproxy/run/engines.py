@@ -72,7 +72,7 @@ def open_run(
     s = settings
     listen = (s.listen_host, s.listen_port)
     if s.mode == "replay":
-        book = ReplayBook.open(s.lock, s.store, s.log)
+        book = ReplayBook.open(s.lock, s.store, s.log, sandbox=s.sandbox)
         replayer = Replayer(book, VerifiedBlobs(s.store), s.rules)
         if s.direct:
             try:

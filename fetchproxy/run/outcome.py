@@ -70,6 +70,8 @@ def finish(run: ProxyRun, *, build_status: int = 0) -> int:
     assert book is not None, "a replay run keeps a book"
     print(replay_summary(book, lock=lock), file=sys.stderr)
     book.close()
+    if run.settings.attest is not None:
+        run.settings.attest.finish(book, build_status=build_status)
     if run.settings.exact and (book.stats.refused or book.unused()):
         print(
             f"fetchproxy: --exact: the build did not use exactly {lock} "
@@ -158,7 +160,19 @@ def replay_summary(replay: ReplayBook, *, lock: Path) -> str:
     unused = replay.unused()
     if unused:
         lines.append(f"fetchproxy: {len(unused)} of {len(replay.lock)} lock entries went unused")
+    lines.append(fetch_set_line(replay))
     return "\n".join(lines)
+
+
+def fetch_set_line(replay: ReplayBook) -> str:
+    """``fetchproxy: fetch-set digest blake3:… (N entries: the whole lock)``: the digest of what
+    was served, which is ``fetchproxy lock digest``'s when the run was exact."""
+    served = replay.served_set()
+    if len(served.fetches) == len(replay.lock):
+        count = f"{counted(len(served.fetches), 'entry', 'entries')}: the whole lock"
+    else:
+        count = f"{len(served.fetches)} of {len(replay.lock)} lock entries"
+    return f"fetchproxy: fetch-set digest {served.digest} ({count})"
 
 
 def lock_changes(old: Lock, new: Lock, *, lock: Path) -> str:

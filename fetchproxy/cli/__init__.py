@@ -52,6 +52,11 @@ COMMANDS: tuple[Command, ...] = (
     Command(("lock", "verify"), "check that every entry's body is in the store and intact", "lock"),
     Command(("lock", "fmt"), "rewrite a lock in canonical form (e.g. after a merge)", "lock"),
     Command(
+        ("lock", "merge"),
+        "merge two locks entry by entry (git's merge driver: BASE OURS THEIRS)",
+        "merge",
+    ),
+    Command(
         ("lock", "recover"), "write the lock from the journal of an interrupted record", "lock"
     ),
     Command(

@@ -32,6 +32,7 @@ from fetchproxy.lock.model import Lock
 from fetchproxy.provenance.dsse import key_id, load_public_key
 from fetchproxy.provenance.entry import entry_from_fetch
 from fetchproxy.provenance.fetchset import fetch_set_digest
+from tests.provenance.test_sbom import cyclonedx_errors, spdx_messages
 from tests.support.cli import run_fetchproxy
 
 pytestmark = [
@@ -353,3 +354,21 @@ def test_a_key_that_cannot_sign_stops_the_replay_before_the_build(
     assert alone.returncode == 2
     assert "--attest-key signs the attestation: give --attest PATH too" in alone.stderr
     assert not (work / "built").exists()
+
+
+def test_the_sboms_of_a_curl_build_validate(work: Path, origin: str) -> None:
+    replayed = fetchproxy(work, "replay", "--", "sh", "-c", f"curl -sSf -o a {origin}/a.txt")
+    assert replayed.returncode == 0, replayed.stderr
+    for kind, validate in (("cyclonedx", cyclonedx_errors), ("spdx", None)):
+        for served in ((), ("--served", "fetchproxy.lock.log.jsonl")):
+            sbom = fetchproxy(work, "lock", "sbom", "--format", kind, *served)
+            assert sbom.returncode == 0, sbom.stderr
+            document = json.loads(sbom.stdout)
+            if validate is None:
+                assert spdx_messages(document, work) == []
+                files = [p for p in document["packages"] if p["SPDXID"] != "SPDXRef-fetch-set"]
+            else:
+                assert validate(document) is None
+                files = document["components"]
+            # the lock has both files; the replay served one
+            assert len(files) == (1 if served else 2), files

@@ -86,11 +86,18 @@ def test_two_additions_of_one_request_with_different_answers_conflict() -> None:
 B2 = entry("b", b"theirs, too")
 
 
+def merge_sides() -> tuple[Lock, Lock, Lock]:
+    """Base, ours, theirs: a gets two answers; ours removed b, theirs changed it; both kept c;
+    ours added d."""
+    return (
+        Lock.from_fetches([A, B, C]),
+        Lock.from_fetches([entry("a", b"ours"), C, D]),
+        Lock.from_fetches([entry("a", b"theirs"), B2, C]),
+    )
+
+
 def conflicted() -> str:
-    """a: two answers; b: ours removed it, theirs changed it; c kept; d added by ours."""
-    ours = Lock.from_fetches([entry("a", b"ours"), C, D])
-    theirs = Lock.from_fetches([entry("a", b"theirs"), B2, C])
-    return render_merge(merge_locks(Lock.from_fetches([A, B, C]), ours, theirs))
+    return render_merge(merge_locks(*merge_sides()))
 
 
 def test_a_conflict_is_written_in_its_place_between_markers() -> None:

@@ -52,6 +52,11 @@ def entry_line(entry: Entry) -> bytes:
     return _canonical(entry_object(entry))
 
 
+_ENCODER: Final = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def _canonical(value: dict[str, object]) -> bytes:
     """RFC 8785 bytes of an entry's object or key, by the C JSON encoder (a replay of a large
     lock computes this once per entry).
@@ -64,7 +69,7 @@ def _canonical(value: dict[str, object]) -> bytes:
     refused as ``canonical_json`` refuses it. ``tests/provenance/test_fetchset.py`` holds the
     two to the same bytes.
     """
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = _ENCODER.encode(value)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
@@ -87,9 +92,9 @@ def fetch_set_lines(entries: Iterable[Entry]) -> list[bytes]:
     Raise :class:`ConflictingAnswersError` when two entries have one key and different
     answers: a set of fetches holds one answer per request.
     """
-    by_key: dict[bytes, tuple[Entry, bytes]] = {}
+    by_key: dict[tuple[str | None, ...], tuple[Entry, bytes]] = {}
     for entry in entries:
-        key = key_line(entry)
+        key = (entry.method, entry.url, entry.accept, entry.git_protocol, entry.body_digest)
         line = entry_line(entry)
         seen = by_key.get(key)
         if seen is None:

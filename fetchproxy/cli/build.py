@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -103,8 +104,22 @@ def add_proxy_options(parser: argparse.ArgumentParser, *, mode: str) -> None:
         )
 
 
+ATTEST_HELP = (
+    "when the build succeeds, write the in-toto statement of what replay served to PATH "
+    "(docs/provenance.md)"
+)
+ATTEST_KEY_HELP = (
+    "sign the statement as a DSSE envelope with this Ed25519 or ECDSA P-256 private key (PEM); "
+    "an encrypted key's passphrase is read from $FETCHPROXY_ATTEST_PASSPHRASE"
+)
+
+
 def add_arguments(parser: Parser, words: tuple[str, ...]) -> None:
     add_proxy_options(parser, mode=words[0])
+    if words[0] == "replay":
+        parser.add_argument("--attest", type=Path, metavar="PATH", help=ATTEST_HELP)
+        parser.add_argument("--attest-key", type=Path, metavar="PATH", help=ATTEST_KEY_HELP)
+        parser.check = _attest_needs_a_path
     isolation = parser.add_mutually_exclusive_group()
     isolation.add_argument(
         "--sandbox",
@@ -144,6 +159,12 @@ def add_arguments(parser: Parser, words: tuple[str, ...]) -> None:
     )
 
 
+def _attest_needs_a_path(args: argparse.Namespace) -> str | None:
+    if args.attest_key is not None and args.attest is None:
+        return "--attest-key signs the attestation: give --attest PATH too"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from fetchproxy.lock.config import config_path_for, load_config  # noqa: PLC0415
     from fetchproxy.record.rules import KEPT_HEADERS  # noqa: PLC0415
@@ -160,6 +181,11 @@ def run(args: argparse.Namespace) -> int:
         option = "--writable" if args.writable else "--fresh-home"
         raise UsageError(f"{option} shapes the sandbox's file system: it needs the sandbox")
     config = load_config(config_path_for(args.lock))
+    attester = None
+    if getattr(args, "attest", None) is not None:
+        from fetchproxy.run.attest import Attester  # noqa: PLC0415
+
+        attester = Attester.prepare(args.attest, args.attest_key, os.environ)
     request = RunRequest(
         mode=mode,
         argv=argv,
@@ -176,5 +202,6 @@ def run(args: argparse.Namespace) -> int:
         writable=(*config.writable, *args.writable),
         fresh_home=args.fresh_home,
         keep_headers=KEPT_HEADERS | frozenset(config.headers),
+        attest=attester,
     )
     return run_build(request)

@@ -235,13 +235,17 @@ class RecordBook:
         (``build_status`` > 0), was stopped by a signal (< 0), an answer could not be stored,
         or the lock could not be written.
         """
-        new = self.new_lock()
-        reason = self._why_the_lock_stays(build_status)
-        if reason is None:
-            try:
-                write_lock(self.lock_path, new)
-            except OSError as exc:
-                reason = str(write_error(self.lock_path, exc, "the lock could not be written"))
+        try:
+            new = self.new_lock()
+            reason = self._why_the_lock_stays(build_status)
+            if reason is None:
+                try:
+                    write_lock(self.lock_path, new)
+                except OSError as exc:
+                    reason = str(write_error(self.lock_path, exc, "the lock could not be written"))
+        except BaseException:  # a defect: the journal keeps what was fetched, and is let go
+            self.close()
+            raise
         self.events.close()
         if reason is None:
             self._close_journal(remove=True)

@@ -26,6 +26,11 @@ HOST_MISMATCH = "host-mismatch"
 ORIGIN_NOT_ALLOWED = "origin-not-allowed"
 """Record: the origin is not one record may reach for this build (fetchproxy.record.origins)."""
 STORE_ERROR = "store-error"
+REASONS = (
+    NOT_IN_LOCK, CORRUPT_BLOB, STORE_ERROR, NOT_HTTP, INVALID_REQUEST, HOST_MISMATCH,
+    ORIGIN_NOT_ALLOWED,
+)  # fmt: skip
+"""Every ``reason`` of a refusal: the ``x-fetchproxy-refused`` header and the event log's."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,11 +36,19 @@ CA_VARIABLES = (
 )
 
 
+ATTEST_PASSPHRASE = "FETCHPROXY_ATTEST_PASSPHRASE"  # noqa: S105 -- a variable's name
+"""The passphrase of ``replay --attest-key`` (never an argument: arguments are visible to every
+process on the host)."""
+PRIVATE_VARIABLES = (ATTEST_PASSPHRASE,)
+"""fetchproxy's own secrets: read by fetchproxy, never passed to the build."""
+
+
 def build_environment(
     environ: Mapping[str, str], *, proxy_url: str, ca_bundle: str, wgetrc: str | None
 ) -> dict[str, str]:
-    """``environ`` with every proxy and CA variable pointing at this run's proxy and CA."""
-    env = dict(environ)
+    """``environ`` with every proxy and CA variable pointing at this run's proxy and CA, and
+    without fetchproxy's own secrets."""
+    env = {name: value for name, value in environ.items() if name not in PRIVATE_VARIABLES}
     for name in PROXY_VARIABLES:
         env[name] = proxy_url
     for name in NO_PROXY_VARIABLES:

@@ -74,7 +74,7 @@ def open_run(
     s = settings
     listen = (s.listen_host, s.listen_port)
     if s.mode == "replay":
-        book = ReplayBook.open(s.lock, s.store, s.log)
+        book = ReplayBook.open(s.lock, s.store, s.log, sandbox=s.sandbox)
         replayer = Replayer(book, VerifiedBlobs(s.store), s.rules)
         if s.direct:
             try:
@@ -93,21 +93,29 @@ def open_run(
             return ProxyRun(s, engine, replayer=replayer)
         from fetchproxy.addons.replay import Replay  # noqa: PLC0415 -- loads mitmproxy
 
-        engine = _mitmproxy(s, Replay(replayer), on_running)
+        try:
+            engine = _mitmproxy(s, Replay(replayer), on_running)
+        except BaseException:
+            replayer.book.close()
+            raise
         return ProxyRun(s, engine, replayer=replayer)
     from fetchproxy.addons.record import Record  # noqa: PLC0415 -- loads mitmproxy
 
     own = host_addresses() if s.origins.guard_host else ()
     record = RecordBook.open(s.lock, s.store, s.log, keep=s.keep)
-    addon = Record(
-        record,
-        store=s.store,
-        rules=s.rules,
-        origins=s.origins,
-        own_addresses=own,
-        keep_headers=s.keep_headers,
-    )
-    return ProxyRun(s, _mitmproxy(s, addon, on_running), record=record)
+    try:  # an engine that cannot be made (a bad --upstream-ca) leaves no journal open
+        addon = Record(
+            record,
+            store=s.store,
+            rules=s.rules,
+            origins=s.origins,
+            own_addresses=own,
+            keep_headers=s.keep_headers,
+        )
+        return ProxyRun(s, _mitmproxy(s, addon, on_running), record=record)
+    except BaseException:
+        record.close()
+        raise
 
 
 def host_addresses() -> list[IPAddress]:

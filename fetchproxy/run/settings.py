@@ -5,15 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fetchproxy.keys.rules import KeyRules
 from fetchproxy.record.origins import OriginPolicy
 from fetchproxy.record.rules import KEPT_HEADERS
 from fetchproxy.store import Store
 
+if TYPE_CHECKING:
+    from fetchproxy.run.attest import Attester
+
 Mode = Literal["record", "replay"]
 EngineChoice = Literal["auto", "direct", "mitmproxy"]
+Isolation = Literal["root", "user", "none"]
+"""The sandbox a run's build is in (``none``: no sandbox, or ``serve``'s clients)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +56,10 @@ class ProxySettings:
     ``mitmproxy`` the replay addon; ``auto`` picks direct unless ``http2`` asks for HTTP/2."""
     extra_options: Mapping[str, Any] = field(default_factory=dict)
     """mitmproxy options (the mitmproxy engine only)."""
+    sandbox: Isolation = "none"
+    """replay: the sandbox the clients are in, for the record of what was served."""
+    attest: Attester | None = None
+    """replay: writes the attestation of what was served when the build succeeded."""
 
     @property
     def direct(self) -> bool:

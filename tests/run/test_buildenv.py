@@ -33,3 +33,15 @@ def test_every_variable_points_at_the_run_and_presets_are_overridden() -> None:
     assert env["no_proxy"] == env["NO_PROXY"] == "localhost,127.0.0.1,::1"
     assert env["WGETRC"] == "/run/fetchproxy/wgetrc"
     assert wgetrc_text("/x.pem") == "ca_certificate = /x.pem\n"
+
+
+def test_fetchproxys_own_secrets_never_reach_the_build() -> None:
+    env = build_environment(
+        {"PATH": "/usr/bin", "FETCHPROXY_ATTEST_PASSPHRASE": "s3cret", "FETCHPROXY_STORE": "/s"},
+        proxy_url="http://169.254.77.1:3128",
+        ca_bundle="/run/fetchproxy/ca-bundle.pem",
+        wgetrc=None,
+    )
+    assert "FETCHPROXY_ATTEST_PASSPHRASE" not in env
+    assert "s3cret" not in env.values()
+    assert env["FETCHPROXY_STORE"] == "/s"  # only the secrets go

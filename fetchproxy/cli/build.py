@@ -11,7 +11,9 @@ from fetchproxy.cli.options import (
     UsageError,
     add_lock,
     add_log,
+    add_remote,
     add_store,
+    chosen_remote,
     upstream_ca,
 )
 
@@ -72,6 +74,7 @@ def add_proxy_options(parser: argparse.ArgumentParser, *, mode: str) -> None:
     each help saying which mode it is for)."""
     add_lock(parser)
     add_store(parser)
+    add_remote(parser)
     add_log(parser)
     parser.add_argument("--http2", action="store_true", help=HTTP2_HELP[mode])
     if mode != "replay":
@@ -174,5 +177,6 @@ def run(args: argparse.Namespace) -> int:
         allow=(*config_origins(config), *getattr(args, "allow_origin", ())),
         writable=(*config.writable, *args.writable),
         fresh_home=args.fresh_home,
+        remote=chosen_remote(args, config),
     )
     return run_build(request)

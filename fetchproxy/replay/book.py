@@ -8,6 +8,7 @@ log, the end-of-run summary and the exit status mean the same whichever answered
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from fetchproxy.errors import FetchproxyError
@@ -67,13 +68,24 @@ class ReplayBook:
         self._closed = False
 
     @classmethod
-    def open(cls, lock_path: Path, store: Store, log: Path | None) -> ReplayBook:
+    def open(
+        cls,
+        lock_path: Path,
+        store: Store,
+        log: Path | None,
+        *,
+        fill: Callable[[Lock], None] | None = None,
+    ) -> ReplayBook:
         """Load and check the lock, then open the event log (``log``, or beside the lock).
 
-        Raises :class:`~fetchproxy.lockfile.LockFileError` or :class:`MissingBodiesError`
-        before anything is written.
+        ``fill`` is called with the lock before its bodies are checked, to bring the ones the
+        store lacks (a pull from the remote store). Raises
+        :class:`~fetchproxy.lockfile.LockFileError` or :class:`MissingBodiesError` (or what
+        ``fill`` raises) before anything is written.
         """
         lock = load_lock(lock_path)
+        if fill is not None:
+            fill(lock)
         check_bodies(lock, lock_path, store)
         return cls(lock, lock_path, EventLog(log or default_log_path(lock_path)))
 

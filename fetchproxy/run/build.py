@@ -55,6 +55,7 @@ from fetchproxy.sandbox import (
 )
 from fetchproxy.sandbox.netns import threads_outside_own_netns
 from fetchproxy.store import DiskStore, Store
+from fetchproxy.store.remote_url import RemoteURL
 
 PROXY_PORT = 3128
 """The proxy's port as the build sees it: in the edge namespace (root sandbox) or on the
@@ -82,6 +83,8 @@ class RunRequest:
     """Paths the build may write that outlive the run (``--writable``, ``[sandbox] writable``)."""
     fresh_home: bool = False
     """An empty ``$HOME`` and XDG directories for the build (``--fresh-home``)."""
+    remote: RemoteURL | None = None
+    """The remote store the lock's blobs travel through (``--remote``)."""
 
     def settings(self, confdir: Path, host: str, port: int) -> ProxySettings:
         """The proxy's settings for this run, listening at ``host:port``."""
@@ -99,6 +102,7 @@ class RunRequest:
             rules=self.rules,
             http2=self.http2,
             origins=OriginPolicy.of(self.allow, guard_host=True),
+            remote=self.remote,
         )
 
     def protected(self) -> list[Path]:

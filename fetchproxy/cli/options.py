@@ -30,8 +30,9 @@ REMOTE_HELP = (
     "come from the AWS configuration (AWS_ENDPOINT_URL, AWS_PROFILE, ...), see "
     "docs/remote-store.md"
 )
-CONFIGURED = "configured"
-"""``store gc --remote`` without a URL: the remote the environment or fetchproxy.toml names."""
+CONFIGURED = True
+"""``store gc --remote`` without a URL (not a string: argparse would parse that as a URL): the
+remote the environment or fetchproxy.toml names."""
 _DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 

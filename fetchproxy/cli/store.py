@@ -97,7 +97,7 @@ def _remote_gc(args: argparse.Namespace, keep: frozenset[Digest]) -> int:
     from fetchproxy.store.remote import RemoteStore  # noqa: PLC0415
     from fetchproxy.sync import remotegc  # noqa: PLC0415
 
-    if args.remote == CONFIGURED:
+    if args.remote is CONFIGURED:
         args.remote = None
         configs = [load_config(config_path_for(lock)) for lock in args.keep_lock]
         url = chosen_remote(args, *configs)

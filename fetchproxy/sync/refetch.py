@@ -158,6 +158,7 @@ class RefetchReport:
     fetched: tuple[tuple[Digest, Fetched], ...]
     failed: tuple[tuple[Job, tuple[RefetchError, ...]], ...]
     bytes: int
+    """The bytes of the blobs fetched and published."""
     seconds: float
     wrote_empty: bool
     plan: RefetchPlan
@@ -222,7 +223,7 @@ def refetch(
     return RefetchReport(
         fetched=tuple((job.digest, done) for job, done in outcome.done),
         failed=tuple(failed),
-        bytes=outcome.bytes,
+        bytes=sum(job.size for job, _ in outcome.done),
         seconds=outcome.seconds,
         wrote_empty=plan.empty,
         plan=plan,

@@ -80,7 +80,7 @@ class RemoteUpload:
                 "so the lock would name blobs the remote lacks"
             )
             hint = (
-                f"  Once the remote takes them: `fetchproxy lock recover --lock {lock_path}`, "
+                f"Once the remote takes them: `fetchproxy lock recover --lock {lock_path}`, "
                 f"then `fetchproxy store push --lock {lock_path}`."
             )
             raise StoreError("\n".join([headline, *exc.lines(), hint])) from None

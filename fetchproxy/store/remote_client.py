@@ -2,11 +2,12 @@
 
 ``BucketClient`` does the five object operations the remote store needs (GET from an offset,
 HEAD, create-only PUT, list, delete) and nothing else. With ``remote_http`` (the data path:
-GET, HEAD, PUT) it is the only code that touches botocore: it builds the client from the
-standard AWS configuration chain, translates every botocore and urllib3 exception into the
-errors of ``remote_errors`` at this boundary, and keeps credentials out of messages and log
-records. botocore is imported when the first client is made, never at import time, so a
-replay with nothing to pull pays nothing for it.
+GET, HEAD, PUT, signed by ``sigv4``) it is the only code that touches botocore: it builds the
+client from the standard AWS configuration chain (list and delete go through it; the data
+path takes its credentials and object URL), translates every botocore, urllib3 and
+``http.client`` exception into the errors of ``remote_errors`` at this boundary, and keeps
+credentials out of messages and log records. botocore is imported when the first client is
+made, never at import time, so a replay with nothing to pull pays nothing for it.
 
 Configuration is exactly what botocore's session resolves — ``AWS_PROFILE``, ``AWS_REGION``,
 ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``, the shared config and
@@ -37,10 +38,9 @@ from fetchproxy.store.remote_errors import (
     safe_code,
     translate,
 )
-from fetchproxy.store.remote_http import ObjectRequests
+from fetchproxy.store.remote_http import Answer, ObjectRequests
 
 if TYPE_CHECKING:
-    from botocore.awsrequest import AWSResponse
     from mypy_boto3_s3 import S3Client
 
 _log = logging.getLogger(__name__)
@@ -74,10 +74,8 @@ class ObjectStream:
     caller can continue with a GET from where the stream stopped.
     """
 
-    def __init__(
-        self, response: AWSResponse, *, offset: int, size: int, total: int, etag: str
-    ) -> None:
-        self._raw = response.raw
+    def __init__(self, answer: Answer, *, offset: int, size: int, total: int, etag: str) -> None:
+        self._answer = answer
         self.offset = offset
         self.size = size
         self.total = total
@@ -87,7 +85,7 @@ class ObjectStream:
         """The body in chunks of at most ``chunk_size`` bytes."""
         complete = False
         try:
-            iterator = self._raw.stream(chunk_size, decode_content=False)
+            iterator = self._answer.chunks(chunk_size)
             while True:
                 try:
                     chunk = next(iterator)
@@ -99,13 +97,13 @@ class ObjectStream:
                 yield chunk
         finally:
             if complete:
-                self._raw.release_conn()  # the connection goes back to the pool
+                self._answer.release()  # the connection goes back to the pool
             else:
-                self._raw.close()  # half-read: the connection cannot be reused
+                self._answer.close()  # half-read: the connection cannot be reused
 
     def close(self) -> None:
         """Drop the body unread."""
-        self._raw.close()
+        self._answer.close()
 
 
 class BucketClient:
@@ -127,7 +125,7 @@ class BucketClient:
         response = self._objects.request(
             "GET", key, action="download", headers=headers, stream=True
         )
-        if response.status_code == 412:
+        if response.status == 412:
             ObjectStream(response, offset=0, size=0, total=0, etag="").close()
             raise RemoteStoreError(
                 f"cannot continue reading {self.location(key)}: it changed",
@@ -143,7 +141,7 @@ class BucketClient:
             match = re.fullmatch(
                 r"bytes (\d+)-\d+/(\d+)", response.headers.get("Content-Range", "")
             )
-            if response.status_code != 206 or match is None or int(match[1]) != offset:
+            if response.status != 206 or match is None or int(match[1]) != offset:
                 stream.close()
                 raise RemoteUnavailableError(
                     f"cannot continue reading {self.location(key)} at byte {offset}: the store "
@@ -186,7 +184,7 @@ class BucketClient:
             if exc.http_status != 501:
                 raise
         else:
-            return response.status_code != 412  # 412: already there, success for create-only
+            return response.status != 412  # 412: already there, success for create-only
         # 501: a store without conditional writes. Look, then write unconditionally: a write
         # racing ours puts the same bytes under the same name (the name is their digest), and
         # every read verifies them, so the worst case is bytes written twice.

@@ -25,13 +25,19 @@ import datetime
 import email.utils
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any, cast
-from urllib.parse import urlsplit
+from typing import IO, TYPE_CHECKING, Any
 
+from fetchproxy.store.remote_config import (
+    ClientOptions,
+    make_client,
+    new_session,
+    quiet_botocore_debug,
+    resolve,
+)
 from fetchproxy.store.remote_errors import (
-    RemoteConfigError,
     RemoteMissingError,
     RemoteStoreError,
     RemoteUnavailableError,
@@ -44,7 +50,6 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 _log = logging.getLogger(__name__)
-DEFAULT_REGION = "us-east-1"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,13 +112,53 @@ class ObjectStream:
 
 
 class BucketClient:
-    """One bucket through one botocore client (thread-safe, pooled connections)."""
+    """One bucket: the data path (``remote_http``) and, for list and delete, botocore's client
+    (made when first needed). Thread-safe, pooled connections."""
 
     def __init__(self, bucket: str, settings: ClientSettings | None = None) -> None:
         self.bucket = bucket
-        self._client, self._objects, self.endpoint = _make_client(
-            bucket, settings or ClientSettings()
+        self._settings = settings or ClientSettings()
+        self._options = ClientOptions(
+            max_connections=self._settings.max_connections,
+            connect_timeout=self._settings.connect_timeout,
+            read_timeout=self._settings.read_timeout,
+            max_attempts=self._settings.max_attempts,
         )
+        config = resolve(bucket, self._options)
+        self._config = config
+        self.endpoint = config.endpoint
+        self._objects = ObjectRequests(
+            base=config.base,
+            credentials=config.credentials,
+            region=config.region,
+            bucket=bucket,
+            endpoint=config.endpoint,
+            ca_bundle=config.ca_bundle,
+            connect_timeout=self._settings.connect_timeout,
+            read_timeout=self._settings.read_timeout,
+            max_connections=self._settings.max_connections,
+            max_attempts=self._settings.max_attempts,
+        )
+        self._s3: S3Client | None = config.client
+        self._s3_lock = threading.Lock()
+
+    @property
+    def _client(self) -> S3Client:
+        """botocore's client for this bucket's configuration, made on first use."""
+        with self._s3_lock:
+            if self._s3 is None:
+                import botocore.exceptions  # noqa: PLC0415
+
+                quiet_botocore_debug()
+                try:
+                    self._s3 = make_client(
+                        new_session(), region=self._config.region, options=self._options
+                    )
+                except (botocore.exceptions.BotoCoreError, ValueError) as exc:
+                    raise translate(
+                        exc, action="configure", where="the remote store", endpoint=self.endpoint
+                    ) from exc
+            return self._s3
 
     def get(self, key: str, *, offset: int = 0, etag: str | None = None) -> ObjectStream:
         """GET ``key`` from byte ``offset`` (with ``If-Match: etag`` when continuing)."""
@@ -249,80 +294,3 @@ class BucketClient:
                 exc, action=action, where=self.location(key), endpoint=self.endpoint
             ) from exc
         return result
-
-
-def _make_client(bucket: str, settings: ClientSettings) -> tuple[S3Client, ObjectRequests, str]:
-    """A botocore S3 client from the AWS chain, the data path beside it, and the endpoint
-    (without userinfo, for messages)."""
-    import botocore.exceptions  # noqa: PLC0415 -- botocore costs ~0.3 s; only a transfer needs it
-    import botocore.session  # noqa: PLC0415
-    from botocore.config import Config  # noqa: PLC0415
-
-    _quiet_botocore_debug()
-    try:
-        session = botocore.session.Session()
-        region = session.get_config_variable("region") or DEFAULT_REGION
-        style = (session.get_scoped_config().get("s3") or {}).get("addressing_style")
-        credentials = session.get_credentials()
-        if credentials is None:
-            raise RemoteConfigError(
-                "no AWS credentials found for the remote store: set AWS_ACCESS_KEY_ID and "
-                "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run where a web identity token "
-                "or instance role provides them"
-            )
-        config = Config(
-            region_name=region,
-            retries={"mode": "standard", "max_attempts": settings.max_attempts},
-            max_pool_connections=settings.max_connections,
-            connect_timeout=settings.connect_timeout,
-            read_timeout=settings.read_timeout,
-            tcp_keepalive=True,
-            parameter_validation=False,  # every request is built here, typed; saves CPU per call
-            # Content-MD5 is the transport checksum (every S3 store checks it); the newer
-            # x-amz-checksum-* trailers are not understood by older RGW and MinIO releases.
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-            user_agent_extra="fetchproxy",
-        )
-        client = cast("S3Client", session.create_client("s3", config=config))
-        endpoint = client.meta.endpoint_url
-        if style is None and not _is_aws(endpoint):
-            path_style = config.merge(Config(s3={"addressing_style": "path"}))
-            client = cast("S3Client", session.create_client("s3", config=path_style))
-        shown = _without_userinfo(endpoint)
-        objects = ObjectRequests(
-            presign=client.generate_presigned_url,
-            credentials=credentials,
-            region=client.meta.region_name,
-            bucket=bucket,
-            endpoint=shown,
-            ca_bundle=session.get_config_variable("ca_bundle"),
-            connect_timeout=settings.connect_timeout,
-            read_timeout=settings.read_timeout,
-            max_connections=settings.max_connections,
-            max_attempts=settings.max_attempts,
-        )
-    except RemoteStoreError:
-        raise
-    except (botocore.exceptions.BotoCoreError, ValueError) as exc:
-        raise translate(exc, action="configure", where="the remote store", endpoint="") from exc
-    return client, objects, shown
-
-
-def _quiet_botocore_debug() -> None:
-    """botocore's DEBUG records carry request headers (a session token among them)."""
-    logger = logging.getLogger("botocore")
-    if logger.getEffectiveLevel() < logging.INFO:
-        logger.setLevel(logging.INFO)
-
-
-def _is_aws(endpoint: str) -> bool:
-    host = urlsplit(endpoint).hostname or ""
-    return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
-
-
-def _without_userinfo(endpoint: str) -> str:
-    parts = urlsplit(endpoint)
-    if parts.username is None and parts.password is None:
-        return endpoint
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()

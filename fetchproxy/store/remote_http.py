@@ -6,12 +6,11 @@ endpoint rules, event hooks, parsing), and its signer and urllib3 session alone 
 (measured: docs/benchmarks.md). These three requests are simple, so ``ObjectRequests`` makes
 them with what they need and no more — about 0.35 ms of CPU each:
 
-- the object URL is botocore's: a presigned URL made once, locally, for a probe key gives the
-  base every key is appended to (endpoint, addressing style and region as botocore resolves
-  them), so none of S3's endpoint rules is reimplemented here. Keys are ``PREFIX/blake3/<hex>``
-  with prefix segments of ``[A-Za-z0-9._~-]`` (``remote_url``), which need no percent-encoding;
-- the credentials are botocore's, resolved by its chain and refreshed as they expire; the
-  signature is :mod:`fetchproxy.store.sigv4`'s, whose derived key is kept for the day;
+- the object URL, the region and the credentials come from :mod:`~fetchproxy.store.remote_config`
+  (the AWS configuration chain; credentials refreshed as they expire). Keys are
+  ``PREFIX/blake3/<hex>`` with prefix segments of ``[A-Za-z0-9._~-]`` (``remote_url``), which
+  need no percent-encoding; the signature is :mod:`fetchproxy.store.sigv4`'s, whose derived key
+  is kept for the day;
 - the connections are ``http.client``'s, kept alive in a pool of ``max_connections``, TLS
   verified against ``AWS_CA_BUNDLE`` or botocore's bundle, through ``HTTPS_PROXY``/``HTTP_PROXY``
   unless ``NO_PROXY`` says otherwise (as botocore reads them); a connection is reused only
@@ -38,6 +37,7 @@ from collections.abc import Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from fetchproxy.store.remote_config import default_ca_bundle
 from fetchproxy.store.remote_errors import (
     RemoteConfigError,
     RemoteStoreError,
@@ -47,9 +47,8 @@ from fetchproxy.store.remote_errors import (
 from fetchproxy.store.sigv4 import EMPTY_PAYLOAD, UNSIGNED_PAYLOAD, SigningCredentials, sign
 
 if TYPE_CHECKING:
-    from botocore.credentials import Credentials
+    from fetchproxy.store.remote_config import CredentialSource
 
-_PROBE = "fetchproxy-probe-key"
 _CODE_RE = re.compile(rb"<Code>([A-Za-z0-9.]{1,64})</Code>")
 _RETRIED_STATUSES = frozenset({500, 502, 503, 504})
 _BLOCK = 1 << 20
@@ -129,8 +128,8 @@ class ObjectRequests:
     def __init__(
         self,
         *,
-        presign: Any,  # noqa: ANN401 -- the S3 client's generate_presigned_url
-        credentials: Credentials,
+        base: str,
+        credentials: CredentialSource,
         region: str,
         bucket: str,
         endpoint: str,
@@ -140,19 +139,12 @@ class ObjectRequests:
         max_connections: int,
         max_attempts: int,
     ) -> None:
-        from botocore.httpsession import get_cert_path  # noqa: PLC0415 -- botocore is lazy
-        from botocore.utils import get_environ_proxies  # noqa: PLC0415
-
-        url: str = presign("get_object", Params={"Bucket": bucket, "Key": _PROBE}, ExpiresIn=60)
-        parts = urlsplit(url)  # the query (a signature) is dropped here, never kept or shown
-        if not parts.path.endswith("/" + _PROBE) or parts.scheme not in ("http", "https"):
-            raise RemoteStoreError(f"cannot work out object URLs for bucket {bucket}{endpoint}")
-        self._path = parts.path[: -len(_PROBE)]
+        parts = urlsplit(base)
+        self._path = parts.path
         self._scheme = parts.scheme
         self._host = parts.hostname or ""
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._host_header = parts.netloc.rpartition("@")[2]
-        self._base = f"{parts.scheme}://{self._host_header}{self._path}"
         self._credentials = credentials
         self._region = region
         self._endpoint = endpoint
@@ -162,9 +154,8 @@ class ObjectRequests:
         self._read_timeout = read_timeout
         self._context: ssl.SSLContext | None = None
         if parts.scheme == "https":
-            verify: Any = ca_bundle or True  # (botocore-stubs type it narrower than it takes)
-            self._context = ssl.create_default_context(cafile=get_cert_path(verify))
-        proxy = get_environ_proxies(self._base).get(parts.scheme)
+            self._context = ssl.create_default_context(cafile=ca_bundle or default_ca_bundle())
+        proxy = _proxy_for(parts.scheme, self._host_header)
         self._proxy = urlsplit(proxy) if proxy else None
         if self._proxy is not None and self._proxy.scheme != "http":
             raise RemoteConfigError(
@@ -309,6 +300,16 @@ class ObjectRequests:
                 pass
             raise
         return conn.getresponse()
+
+
+def _proxy_for(scheme: str, netloc: str) -> str | None:
+    """The proxy the environment names for ``scheme`` (``HTTPS_PROXY``, ``HTTP_PROXY``), unless
+    ``NO_PROXY`` exempts ``netloc`` — as botocore and urllib read them."""
+    import urllib.request  # noqa: PLC0415
+
+    if urllib.request.proxy_bypass(netloc):
+        return None
+    return urllib.request.getproxies().get(scheme)
 
 
 def _close_all(idle: list[http.client.HTTPConnection], lock: threading.Lock) -> None:

@@ -56,6 +56,7 @@ from fetchproxy.sandbox import (
 )
 from fetchproxy.sandbox.netns import threads_outside_own_netns
 from fetchproxy.store import DiskStore, Store
+from fetchproxy.store.remote_url import RemoteURL
 
 if TYPE_CHECKING:
     from fetchproxy.run.attest import Attester
@@ -90,6 +91,8 @@ class RunRequest:
     """record: the response headers kept (the built-in ones plus ``[record] headers``)."""
     attest: Attester | None = None
     """replay: the attestation to write when the build succeeded (``--attest``)."""
+    remote: RemoteURL | None = None
+    """The remote store the lock's blobs travel through (``--remote``)."""
 
     def settings(
         self, confdir: Path, host: str, port: int, *, isolation: Isolation
@@ -113,6 +116,7 @@ class RunRequest:
             keep_headers=self.keep_headers,
             sandbox=isolation,
             attest=self.attest,
+            remote=self.remote,
         )
 
     def protected(self) -> list[Path]:

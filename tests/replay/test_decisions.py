@@ -13,6 +13,7 @@ from fetchproxy.replay.decisions import (
     store_refusal,
 )
 from fetchproxy.replay.ranges import ByteRange
+from fetchproxy.replay.replayer import Hit
 from fetchproxy.store import CorruptBlobError, StoreError
 from tests.support.locks import make_fetch
 
@@ -109,3 +110,16 @@ def test_nearest_is_the_longest_shared_prefix_on_the_same_host() -> None:
     assert nearest(lock, key) == fetch("https://example.org/pkg/a-1.0.tgz")
     assert nearest(lock, RequestKey(method="GET", url="https://new.org/pkg/a-1.1.tgz")) is None
     assert nearest(Lock(), key) is None
+
+
+def test_a_hits_body_bytes_are_counted_alike_before_and_after_its_answer_is_made() -> None:
+    """A hit sent from prepared bytes never makes its answer; what it counts as served must be
+    what the answer would have sent."""
+    for status in (200, 206, 304, 404):
+        locked = fetch(status=status, size=1000)
+        for method in ("GET", "HEAD", "POST"):
+            for range_header in (None, "bytes=0-9", "bytes=5000-"):
+                lazy = Hit(locked.key, locked, method=method, range_header=range_header)
+                made = Hit(locked.key, locked, method=method, range_header=range_header)
+                expected = made.answer.body_bytes(locked.size)
+                assert lazy.body_bytes == expected, (status, method, range_header)

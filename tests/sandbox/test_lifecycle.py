@@ -118,7 +118,9 @@ def test_nothing_is_left_after_the_build_is_killed(sandbox: Sandbox, builds: Bui
     marker = f"fetchproxy-test-{uuid.uuid4()}"
     build, stdout, _ = builds.start(LEAVE_A_DAEMON, marker, "wait")
     wait_for(lambda: "ready" in stdout.read_text())
-    assert len(processes_with(marker)) == 2  # the build and its daemon
+    # the build and its daemon: Popen returns once the daemon's exec has begun, before the
+    # kernel has given it its new command line, so wait until both show the marker
+    wait_for(lambda: len(processes_with(marker)) == 2)
     build.kill()
     assert build.wait(timeout=10) == -signal.SIGKILL
     assert processes_with(marker) == []

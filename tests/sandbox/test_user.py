@@ -468,7 +468,7 @@ def test_leaving_the_sandbox_kills_a_running_build(tmp_path: Path) -> None:
     with UserSandbox() as sandbox:
         build, stdout, _ = Builds(sandbox, tmp_path).start(LEAVE_A_DAEMON, marker, "wait")
         wait_for(lambda: "ready" in stdout.read_text())
-        assert len(processes_with(marker)) == 2
+        wait_for(lambda: len(processes_with(marker)) == 2)  # the daemon's exec may be under way
         inode = linux.netns_inode(sandbox.namespaces.net_fd)
     assert build.returncode == -signal.SIGKILL
     wait_for(lambda: processes_with(marker) == [])

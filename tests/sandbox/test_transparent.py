@@ -239,10 +239,20 @@ def test_the_rules_are_in_the_edge_only_and_the_host_is_left_as_it_was() -> None
     needs_root()
     before = host_network_state()
     host_before = host_tables()
+    ratelimit = Path("/proc/sys/net/ipv4/icmp_ratelimit")
+    ratelimit_before = ratelimit.read_text()
     with Sandbox(proxy_port=3128, intercept="transparent") as live:
         assert edge_tables(live) == ["fetchproxy"]
         assert host_tables() == host_before
         assert host_network_state() == before
+        assert ratelimit.read_text() == ratelimit_before
+        edge_fd = live.namespaces.edge_fd
+
+        def edge_ratelimit() -> str:
+            linux.setns(edge_fd, linux.CLONE_NEWNET)
+            return ratelimit.read_text().strip()
+
+        assert in_new_thread(edge_ratelimit) == "0"
     assert host_tables() == host_before
     assert host_network_state() == before
 

@@ -81,7 +81,26 @@ COMMANDS: tuple[Command, ...] = (
         "sign a statement `replay --attest` wrote, in a step the build cannot see",
         "attest",
     ),
-    Command(("store", "gc"), "remove the blobs no given lock uses, and stale temp files", "store"),
+    Command(
+        ("store", "push"),
+        "upload the blobs the locks name to the remote store (create-only)",
+        "remote",
+    ),
+    Command(
+        ("store", "pull"),
+        "download the blobs the locks name that the store lacks, verified, from the remote",
+        "remote",
+    ),
+    Command(
+        ("store", "fetch"),
+        "fetch the lock's blobs again from their origins; publish only what matches the lock",
+        "fetch",
+    ),
+    Command(
+        ("store", "gc"),
+        "remove the blobs no given lock uses (from the store, or with --remote the remote's)",
+        "store",
+    ),
     Command(
         ("store", "verify"),
         "rehash every blob in the store; report (and --repair) corrupt ones",

@@ -12,7 +12,9 @@ from fetchproxy.cli.options import (
     UsageError,
     add_lock,
     add_log,
+    add_remote,
     add_store,
+    chosen_remote,
     upstream_ca,
 )
 
@@ -73,6 +75,7 @@ def add_proxy_options(parser: argparse.ArgumentParser, *, mode: str) -> None:
     each help saying which mode it is for)."""
     add_lock(parser)
     add_store(parser)
+    add_remote(parser)
     add_log(parser)
     parser.add_argument("--http2", action="store_true", help=HTTP2_HELP[mode])
     if mode != "replay":
@@ -217,5 +220,6 @@ def run(args: argparse.Namespace) -> int:
         keep_headers=KEPT_HEADERS | frozenset(config.headers),
         attest=attester,
         intercept=args.intercept,
+        remote=chosen_remote(args, config),
     )
     return run_build(request)

@@ -47,6 +47,8 @@ def add_values(path: Path, setting: Setting, values: Sequence[str]) -> list[str]
         document.append(setting.table, table)
     if not isinstance(table, Table):  # pragma: no cover - parse_config refused it too
         raise ConfigError(f"{path}: `{setting.table}` must be a table ([{setting.table}])")
+    if not setting.many:
+        return _set_one(path, document, table, setting, values)
     array = table.get(setting.key)
     if array is None:
         array = tomlkit.array()
@@ -60,6 +62,35 @@ def add_values(path: Path, setting: Setting, values: Sequence[str]) -> list[str]
         array.append(value)
     if len(array) > 1 and "\n" not in array.as_string():
         array.multiline(len(array) > 3)
+    _write(path, document)
+    return added
+
+
+def _set_one(
+    path: Path,
+    document: tomlkit.TOMLDocument,
+    table: Table,
+    setting: Setting,
+    values: Sequence[str],
+) -> list[str]:
+    """A setting of one value (``store.remote``): set when absent; never replaced silently."""
+    name = f"{setting.table}.{setting.key}"
+    if len(set(values)) != 1:
+        raise ConfigError(f"{name} holds one value, not a list: give one")
+    (value,) = set(values)
+    current = table.get(setting.key)
+    if current is not None:
+        if str(current) == value:
+            return []
+        raise ConfigError(
+            f"{path}: {name} is already {str(current)!r}; change it there by hand to replace it"
+        )
+    table.append(setting.key, value)
+    _write(path, document)
+    return [value]
+
+
+def _write(path: Path, document: tomlkit.TOMLDocument) -> None:
     new_text = tomlkit.dumps(document)
     if not new_text.endswith("\n"):
         new_text += "\n"
@@ -68,4 +99,3 @@ def add_values(path: Path, setting: Setting, values: Sequence[str]) -> list[str]
         write_atomic(path, new_text.encode("utf-8"))
     except OSError as exc:
         raise write_error(path, exc, "check the directory's permissions") from None
-    return added

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,14 +112,24 @@ class ReplayBook:
 
     @classmethod
     def open(
-        cls, lock_path: Path, store: Store, log: Path | None, *, sandbox: str = "none"
+        cls,
+        lock_path: Path,
+        store: Store,
+        log: Path | None,
+        *,
+        sandbox: str = "none",
+        fill: Callable[[Lock], None] | None = None,
     ) -> ReplayBook:
         """Load and check the lock, then open the event log (``log``, or beside the lock).
 
-        Raises :class:`~fetchproxy.lockfile.LockFileError` or :class:`MissingBodiesError`
-        before anything is written.
+        ``fill`` is called with the lock before its bodies are checked, to bring the ones the
+        store lacks (a pull from the remote store). Raises
+        :class:`~fetchproxy.lockfile.LockFileError` or :class:`MissingBodiesError` (or what
+        ``fill`` raises) before anything is written.
         """
         lock, data = read_lock(lock_path)
+        if fill is not None:
+            fill(lock)
         check_bodies(lock, lock_path, store)
         events = EventLog(log or default_log_path(lock_path))
         return cls(lock, lock_path, events, sandbox=sandbox, lock_bytes=data)

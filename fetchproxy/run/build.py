@@ -61,6 +61,7 @@ from fetchproxy.sandbox import (
 from fetchproxy.sandbox.netns import threads_outside_own_netns
 from fetchproxy.sandbox.root import TRANSPARENT_PORT, Intercept
 from fetchproxy.store import DiskStore, Store
+from fetchproxy.store.remote_url import RemoteURL
 
 if TYPE_CHECKING:
     from fetchproxy.run.attest import Attester
@@ -102,6 +103,8 @@ class RunRequest:
     intercept: Intercept = "proxy"
     """``transparent``: the root sandbox takes every connection the build makes, not only
     those to the proxy (``--intercept``)."""
+    remote: RemoteURL | None = None
+    """The remote store the lock's blobs travel through (``--remote``)."""
 
     def settings(
         self,
@@ -133,6 +136,7 @@ class RunRequest:
             attest=self.attest,
             transparent=None if names is None else (host, TRANSPARENT_PORT),
             names=names,
+            remote=self.remote,
         )
 
     def protected(self) -> list[Path]:

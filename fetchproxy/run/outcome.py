@@ -115,6 +115,8 @@ def record_text(book: RecordBook, result: RecordResult, *, lock: Path) -> str:
     """What a record run says at the end: the summary, then the lock's changes or why it stays."""
     lines = [record_summary(book, lock=lock, written=result.written)]
     if result.written:
+        if result.uploaded is not None:
+            lines.append(result.uploaded)
         if result.previous is not None:
             lines.append(lock_changes(result.previous, result.new, lock=lock))
         return "\n".join(lines)
@@ -125,6 +127,8 @@ def record_text(book: RecordBook, result: RecordResult, *, lock: Path) -> str:
         )
     else:
         lines.append(f"fetchproxy: {result.reason}: {lock} is unchanged")
+    if result.detail is not None:
+        lines.extend(f"fetchproxy: {line}" for line in result.detail.splitlines())
     if result.journal is not None:
         onto = " on top of it (--keep)" if book.keep else ""
         lines.append(

@@ -12,6 +12,7 @@ from fetchproxy.keys.rules import KeyRules
 from fetchproxy.record.origins import OriginPolicy
 from fetchproxy.record.rules import KEPT_HEADERS
 from fetchproxy.store import Store
+from fetchproxy.store.remote_url import RemoteURL
 
 if TYPE_CHECKING:
     from fetchproxy.run.attest import Attester
@@ -49,6 +50,9 @@ class ProxySettings:
     """record: keep the existing lock, record only what it lacks (``--keep``)."""
     exact: bool = False
     """replay: unused lock entries make the run fail too (``--exact``)."""
+    remote: RemoteURL | None = None
+    """The remote store (``--remote``): record uploads every blob before it writes the lock;
+    replay pulls the blobs the local store lacks before it listens."""
     only_client_ports: set[int] | None = None
     """When set, the proxy serves only clients from 127.0.0.1 with these source ports (the user
     sandbox's relay registers its own) and refuses every other local process."""

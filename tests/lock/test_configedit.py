@@ -90,3 +90,18 @@ def test_a_file_that_cannot_be_written_is_said(tmp_path: Path) -> None:
     with pytest.raises(OSError, match=r"cannot write .*no-such-directory/fetchproxy.toml"):
         add_values(path, setting_named("record.allow"), ["x.example"])
     assert not path.parent.exists()
+
+
+def test_a_setting_of_one_value_is_set_once_and_never_replaced_silently(tmp_path: Path) -> None:
+    path = tmp_path / "fetchproxy.toml"
+    remote = setting_named("store.remote")
+    assert add_values(path, remote, ["s3://team-bucket/fetchproxy"]) == [
+        "s3://team-bucket/fetchproxy"
+    ]
+    assert path.read_text() == '[store]\nremote = "s3://team-bucket/fetchproxy"\n'
+    assert add_values(path, remote, ["s3://team-bucket/fetchproxy"]) == []
+    with pytest.raises(ConfigError, match="is already 's3://team-bucket/fetchproxy'"):
+        add_values(path, remote, ["s3://other/x"])
+    with pytest.raises(ConfigError, match="holds one value"):
+        add_values(path, remote, ["s3://a/b", "s3://c/d"])
+    assert path.read_text() == '[store]\nremote = "s3://team-bucket/fetchproxy"\n'

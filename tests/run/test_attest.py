@@ -89,7 +89,9 @@ def fetch_both(origin: str) -> str:
 @pytest.fixture
 def work(tmp_path: Path, origin: str) -> Path:
     """A directory whose lock was recorded from a build that fetched both files."""
-    recorded = fetchproxy(tmp_path, "record", "--", "sh", "-c", fetch_both(origin))
+    recorded = fetchproxy(
+        tmp_path, "record", "--allow-origin", "127.0.0.60", "--", "sh", "-c", fetch_both(origin)
+    )
     assert recorded.returncode == 0, recorded.stderr
     assert len(load_lock(tmp_path / "fetchproxy.lock.toml")) == 2
     return tmp_path

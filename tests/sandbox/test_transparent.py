@@ -248,11 +248,14 @@ def test_the_rules_are_in_the_edge_only_and_the_host_is_left_as_it_was() -> None
         assert ratelimit.read_text() == ratelimit_before
         edge_fd = live.namespaces.edge_fd
 
-        def edge_ratelimit() -> str:
+        def edge_sysctls() -> tuple[str, str]:
             linux.setns(edge_fd, linux.CLONE_NEWNET)
-            return ratelimit.read_text().strip()
+            forward = Path("/proc/sys/net/ipv4/ip_forward")
+            return ratelimit.read_text().strip(), forward.read_text().strip()
 
-        assert in_new_thread(edge_ratelimit) == "0"
+        # every refusal answered at once; and nothing is forwarded: what the rules do not
+        # send to a listener of the edge goes nowhere
+        assert in_new_thread(edge_sysctls) == ("0", "0")
     assert host_tables() == host_before
     assert host_network_state() == before
 

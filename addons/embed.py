@@ -25,10 +25,12 @@ from mitmproxy.addons import default_addons
 from fetchproxy.addons.lifecycle import Lifecycle
 from fetchproxy.addons.record import Record
 from fetchproxy.addons.replay import Replay
+from fetchproxy.addons.transparent import Intercepted
 from fetchproxy.ca import system_trust_bundle
 from fetchproxy.digest import digest_bytes, hex_of
 from fetchproxy.engine import Address, Engine, ProxyStartError, cannot_listen
 from fetchproxy.files import write_atomic
+from fetchproxy.keys.intercepted import NameBook
 
 SETTLE_TIMEOUT = 30.0
 """How long ``stop()`` waits for fetches in flight to be stored before recording ends."""
@@ -93,8 +95,14 @@ class MitmproxyEngine(Engine):
         only_client_ports: set[int] | None = None,
         on_running: Callable[[], None] | None = None,
         extra_options: Mapping[str, Any] | None = None,
+        transparent: Address | None = None,
+        names: NameBook | None = None,
     ) -> None:
         super().__init__(on_running=on_running)
+        self.transparent = transparent
+        """``--intercept transparent``: a second listener, for connections the edge
+        redirected, whose synthetic destinations ``names`` turns back into names."""
+        self.intercepted = Intercepted(names) if names is not None else None
         self.addon = addon
         self.confdir = confdir
         self.listen = listen
@@ -113,7 +121,13 @@ class MitmproxyEngine(Engine):
     async def _start(self) -> list[Address]:
         opts = options.Options()
         self._master = master.Master(opts)
-        self._master.addons.add(self.lifecycle, *default_addons(), self.addon)
+        own = [] if self.intercepted is None else [self.intercepted]
+        self._master.addons.add(self.lifecycle, *own, *default_addons(), self.addon)
+        modes = {}
+        if self.transparent is not None:
+            host, port = self.listen
+            thost, tport = self.transparent
+            modes["mode"] = [f"regular@{host}:{port}", f"transparent@{thost}:{tport}"]
         mitm_log = logging.getLogger("mitmproxy")
         mitm_log.addHandler(self._errors)
         mitm_log.propagate = False  # startup errors end up in ProxyStartError, said once
@@ -128,6 +142,7 @@ class MitmproxyEngine(Engine):
                 ),
                 http2=self.http2,
                 http3=False,
+                **modes,
                 **self.extra_options,
             )
         except exceptions.OptionsError as exc:

@@ -17,6 +17,9 @@ from fetchproxy.replay.decisions import Answer
 
 KEY = "fetchproxy.key"
 """``flow.metadata`` entry holding the flow's RequestKey."""
+INTERCEPTED = "fetchproxy.intercepted"
+"""``flow.metadata`` entry: the authority of a request on a redirected connection
+(``--intercept transparent``), set by the ``Intercepted`` addon."""
 OWN = "fetchproxy.answer"
 """``flow.metadata`` entry marking a flow that fetchproxy answers itself (replay)."""
 
@@ -25,13 +28,17 @@ def raw_request(flow: http.HTTPFlow) -> RawRequest:
     """What the flow's request is made of, as :class:`~fetchproxy.keys.rules.KeyRules` reads it.
 
     The authority is the server mitmproxy sends the request to (the ``CONNECT`` target, or the
-    authority of an absolute-form request), never the ``Host`` header; an HTTP/2 request's
+    authority of an absolute-form request; on a redirected connection, what its original
+    destination stands for), never the ``Host`` header; an HTTP/2 request's
     ``:authority`` is checked like a ``Host`` header. The body is the one the client sent,
     still in its ``Content-Encoding``.
     """
     request = flow.request
     host = request.host
     authority = f"[{host}]:{request.port}" if ":" in host else f"{host}:{request.port}"
+    intercepted = flow.metadata.get(INTERCEPTED)
+    if isinstance(intercepted, str):
+        authority = intercepted
     headers = request.headers.items(multi=True)
     if request.authority and "host" not in request.headers:
         headers = [*headers, ("host", request.authority)]
@@ -43,6 +50,7 @@ def raw_request(flow: http.HTTPFlow) -> RawRequest:
         headers=list(headers),
         body=request.raw_content or b"",
         sni=flow.client_conn.sni if request.scheme == "https" else None,
+        intercepted=isinstance(intercepted, str),
     )
 
 

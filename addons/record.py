@@ -28,7 +28,7 @@ from fetchproxy.addons import flows
 from fetchproxy.addons.answers import LockAnswers
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.keys.request import RequestKey
-from fetchproxy.keys.rules import HostMismatchError, KeyRules
+from fetchproxy.keys.rules import KeyRules
 from fetchproxy.lock.config import config_path_for, load_config
 from fetchproxy.record.book import RecordBook
 from fetchproxy.record.origins import (
@@ -48,12 +48,11 @@ from fetchproxy.record.rules import (
 )
 from fetchproxy.replay.blobs import VerifiedBlobs
 from fetchproxy.replay.decisions import (
-    HOST_MISMATCH,
-    INVALID_REQUEST,
     ORIGIN_NOT_ALLOWED,
     answer_for,
     invalid_request,
     refusal,
+    unkeyable,
 )
 from fetchproxy.replay.ranges import ByteRange, Unsatisfiable, parse_range
 from fetchproxy.store import BlobWriter, Store, StoreError, open_store
@@ -195,9 +194,9 @@ class Record:
             return
         try:
             key = flows.request_key(flow, self.rules)
-        except ValueError as exc:  # InvalidURLError, InvalidMethodError, HostMismatchError
-            reason = HOST_MISMATCH if isinstance(exc, HostMismatchError) else INVALID_REQUEST
-            refused = invalid_request(str(exc), reason)
+        except ValueError as exc:  # InvalidURLError, InvalidMethodError, HostMismatchError, ...
+            reason, status = unkeyable(exc)
+            refused = invalid_request(str(exc), reason, status)
             flow.response = flows.response_from(flow, refused.answer, refused.text)
             flow.metadata[_ANSWERED] = True
             book.refused(reason, key=None, error=str(exc))

@@ -139,6 +139,15 @@ def add_arguments(parser: Parser, words: tuple[str, ...]) -> None:
         "are covered)",
     )
     parser.add_argument(
+        "--intercept",
+        choices=("proxy", "transparent"),  # fetchproxy.sandbox.root.INTERCEPT_CHOICES
+        default="proxy",
+        help="which of the build's connections go through fetchproxy: proxy (those of clients "
+        "that honour the proxy variables; the default), or transparent (every TCP connection "
+        "and DNS lookup, for tools that ignore the proxy variables; the root sandbox only; "
+        "docs/sandbox.md)",
+    )
+    parser.add_argument(
         "--writable",
         type=Path,
         action="append",
@@ -180,6 +189,10 @@ def run(args: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise UsageError(f"`fetchproxy {mode}` needs a build: fetchproxy {mode} -- BUILD...")
+    if args.no_sandbox and args.intercept == "transparent":
+        raise UsageError(
+            "--intercept transparent takes the sandbox's connections: it needs the root sandbox"
+        )
     if args.no_sandbox and (args.writable or args.fresh_home):
         option = "--writable" if args.writable else "--fresh-home"
         raise UsageError(f"{option} shapes the sandbox's file system: it needs the sandbox")
@@ -206,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
         fresh_home=args.fresh_home,
         keep_headers=KEPT_HEADERS | frozenset(config.headers),
         attest=attester,
+        intercept=args.intercept,
         remote=chosen_remote(args, config),
     )
     return run_build(request)

@@ -12,6 +12,11 @@ the header, a lock would name a server the bytes never came from (docs/normaliza
 a request in origin form outside a tunnel (a client that takes the proxy for the origin) is
 placed by its ``Host`` header, its only destination.
 
+A request on an *intercepted* connection (``--intercept transparent``: the client connected to
+an address, not to the proxy) has for authority what :mod:`fetchproxy.keys.intercepted` makes
+of that address, and must name its server itself, by TLS server name or ``Host`` header
+(:class:`UnnamedServerError` otherwise); the checks above then hold as in a tunnel.
+
 Pure: no I/O, no mitmproxy.
 """
 
@@ -25,6 +30,7 @@ from fetchproxy.digest import digest_bytes
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.keys.bodies import decoded_body
 from fetchproxy.keys.gitbody import canonical_body
+from fetchproxy.keys.intercepted import is_synthetic
 from fetchproxy.keys.request import RequestKey, normalize_request
 from fetchproxy.keys.url import (
     DEFAULT_SECRET_PARAMS,
@@ -47,6 +53,11 @@ class UnknownDestinationError(FetchproxyError, ValueError):
     """A request in origin form outside a tunnel, with no ``Host`` header: sent nowhere."""
 
 
+class UnnamedServerError(UnknownDestinationError):
+    """A request on an intercepted connection that names no server: no TLS server name and no
+    ``Host`` header, or sent to a synthetic address the DNS stub never handed out."""
+
+
 @dataclass(frozen=True, slots=True)
 class RawRequest:
     """What an engine saw of a request, before any rule is applied.
@@ -65,6 +76,10 @@ class RawRequest:
     body: bytes = b""
     sni: str | None = None
     """The TLS server name the client asked for inside the tunnel, when it sent one."""
+    intercepted: bool = False
+    """The connection was redirected to the proxy (``--intercept transparent``): ``authority``
+    is where the client connected (:func:`~fetchproxy.keys.intercepted.intercepted_authority`),
+    and the request must name its server itself."""
 
     def header(self, name: str) -> str | None:
         """Every value of header ``name`` (lower case) joined by ``, ``; None when absent."""
@@ -85,7 +100,8 @@ class KeyRules:
         """The key of ``request``.
 
         Raises :class:`~fetchproxy.keys.url.InvalidURLError` (a URL no key can name),
-        :class:`~fetchproxy.keys.request.InvalidMethodError` or :class:`HostMismatchError`.
+        :class:`~fetchproxy.keys.request.InvalidMethodError`, :class:`HostMismatchError` or
+        :class:`UnnamedServerError`.
         """
         url, path = self._url(request)
         body_digest = None
@@ -132,29 +148,36 @@ class KeyRules:
                 "names another server than the one it was sent to"
             )
 
-    def _url(self, request: RawRequest) -> tuple[str, str]:
-        """The absolute URL the key names, and the request's path (with its query)."""
-        scheme, target = request.scheme, request.target
-        authority = request.authority
+    def _target(self, request: RawRequest) -> tuple[str, str | None, str]:
+        """The scheme, authority and path a request's target names (an absolute URL checked
+        against the tunnel it was sent in)."""
+        scheme, target, authority = request.scheme, request.target, request.authority
         if "://" in target.partition("?")[0] and not target.startswith("/"):
             scheme_part, _, rest = target.partition("://")
             scheme = scheme_part.lower()
             end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
             given, path = rest[:end].rpartition("@")[2], rest[end:]
-            if request.authority is None:
-                authority = given
-            elif not _same_server(scheme, given, request.authority):
+            if authority is None:
+                return scheme, given, path
+            if not _same_server(scheme, given, authority):
                 raise HostMismatchError(
                     f"{request.method} {self.redact(target)}: the URL names another server "
-                    f"than the tunnel it was sent in ({_shown(request.authority)})"
+                    f"than the tunnel it was sent in ({_shown(authority)})"
                 )
-        elif target.startswith("/") or target == "*":
-            path = target
-        else:
-            raise InvalidURLError(target, "not an absolute URL or a path")
+            return scheme, authority, path
+        if target.startswith("/") or target == "*":
+            return scheme, authority, target
+        raise InvalidURLError(target, "not an absolute URL or a path")
+
+    def _url(self, request: RawRequest) -> tuple[str, str]:
+        """The absolute URL the key names, and the request's path (with its query)."""
+        target = request.target
+        scheme, authority, path = self._target(request)
         if scheme not in _DEFAULT_PORTS:
             raise InvalidURLError(target, f"scheme '{scheme}' is not supported")
         hosts = [value.strip() for key, value in request.headers if key.lower() == "host"]
+        if request.intercepted and authority is not None:
+            _check_named(request, authority, named=bool(request.sni or hosts or path != target))
         if authority is None:
             if not hosts:
                 raise UnknownDestinationError(
@@ -178,6 +201,22 @@ class KeyRules:
                     "was sent to"
                 )
         return url, path
+
+
+def _check_named(request: RawRequest, authority: str, *, named: bool) -> None:
+    """An intercepted request must name its server (``named``: by TLS server name, ``Host`` or
+    an absolute URL), and must have been sent to an address that stands for one."""
+    where = _shown(authority)
+    if is_synthetic(authority.rpartition(":")[0]):
+        raise UnnamedServerError(
+            f"{request.method} {_shown_target(request.target)}: sent to {where}, an address "
+            "the sandbox's DNS stub did not hand out in this run, so it stands for no server"
+        )
+    if not named:
+        raise UnnamedServerError(
+            f"{request.method} {_shown_target(request.target)}: intercepted on its way to "
+            f"{where}, and names no server: neither a TLS server name nor a Host header"
+        )
 
 
 def _same_server(scheme: str, a: str, b: str) -> bool:

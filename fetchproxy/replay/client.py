@@ -105,8 +105,11 @@ class ClientConnection(asyncio.Protocol):
     """One client connection: moves its bytes between the transport, TLS and the HTTP/1.1
     state machine, and hands each request to the Replayer."""
 
-    def __init__(self, server: ReplayServer) -> None:
+    def __init__(self, server: ReplayServer, *, intercepted: bool = False) -> None:
         self.server = server
+        self.intercepted = intercepted
+        """Accepted on the transparent listener: a tunnel from the start, to the server its
+        original destination stands for (``--intercept transparent``)."""
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None
         """The answer in progress on the slow path."""
@@ -137,6 +140,13 @@ class ClientConnection(asyncio.Protocol):
         self.transport = transport
         self.server.connections.add(self)
         transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
+        if self.intercepted:
+            tunnel = self.server.intercepted_tunnel(transport.get_extra_info("socket"))
+            if tunnel is None:
+                self.abort()
+                return
+            self.tunnel = tunnel
+            self._enter(Layer.TUNNEL)  # the CONNECT its client did not send
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._enter(Layer.CLOSED)
@@ -371,7 +381,9 @@ class ClientConnection(asyncio.Protocol):
             self._connect(head)
             return
         sni = None if self.tls is None else server.contexts.server_name(self.tls.session)
-        known = server.lookup(head, self._scheme, self.tunnel, body, sni)
+        known = server.lookup(
+            head, self._scheme, self.tunnel, body, sni=sni, intercepted=self.intercepted
+        )
         range_header = head.get("range")
         decision = server.replayer.decide(
             known.lookup,

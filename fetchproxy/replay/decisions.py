@@ -12,6 +12,7 @@ import http
 from dataclasses import dataclass
 
 from fetchproxy.keys.request import RequestKey
+from fetchproxy.keys.rules import HostMismatchError, UnnamedServerError
 from fetchproxy.lock.model import Fetch, Lock
 from fetchproxy.replay.ranges import ByteRange, Unsatisfiable, parse_range
 from fetchproxy.store import CorruptBlobError, StoreError
@@ -23,6 +24,9 @@ CORRUPT_BLOB = "corrupt-blob"
 NOT_HTTP = "not-http"
 INVALID_REQUEST = "invalid-request"
 HOST_MISMATCH = "host-mismatch"
+NO_SERVER_NAME = "no-server-name"
+"""An intercepted request (``--intercept transparent``) that names no server: no TLS server
+name and no ``Host``, or sent to a synthetic address the DNS stub never handed out."""
 ORIGIN_NOT_ALLOWED = "origin-not-allowed"
 """Record: the origin is not one record may reach for this build (fetchproxy.record.origins)."""
 STORE_ERROR = "store-error"
@@ -113,6 +117,16 @@ def invalid_request(problem: str, reason: str = INVALID_REQUEST, status: int = 4
     return _refusal(
         status, reason, printable(f"fetchproxy: refused: {problem}", lines=False) + "\n"
     )
+
+
+def unkeyable(exc: ValueError) -> tuple[str, int]:
+    """The refusal's reason and status for a request no key can name, from what the key rules
+    raised: 400 ``host-mismatch`` or ``invalid-request``, 421 ``no-server-name``."""
+    if isinstance(exc, HostMismatchError):
+        return HOST_MISMATCH, 400
+    if isinstance(exc, UnnamedServerError):
+        return NO_SERVER_NAME, 421
+    return INVALID_REQUEST, 400
 
 
 def store_refusal(exc: StoreError) -> tuple[str, int]:

@@ -16,6 +16,7 @@ import errno
 import ipaddress
 import logging
 import socket
+import struct
 from collections.abc import Callable
 
 from fetchproxy.engine import Address
@@ -63,6 +64,19 @@ class LogThrottle:
 def repeats(left_out: int) -> str:
     """`` (and N more since the last)``, for a line that stands for several."""
     return f" (and {left_out} more like it since the last)" if left_out else ""
+
+
+SO_ORIGINAL_DST = 80
+"""linux/netfilter_ipv4.h: where a connection redirected by the edge's rules was going."""
+
+
+def original_destination(sock: socket.socket) -> tuple[str, int]:
+    """The address and port the client of ``sock`` connected to before the edge redirected
+    it (``--intercept transparent``). Raises ``OSError`` for a connection nothing redirected
+    (a client that connected to the listener itself)."""
+    raw = sock.getsockopt(socket.SOL_IP, SO_ORIGINAL_DST, 16)  # struct sockaddr_in
+    port, address = struct.unpack_from("!2xH4s", raw)
+    return socket.inet_ntoa(address), int(port)
 
 
 def bind(listen: Address) -> list[socket.socket]:

@@ -18,13 +18,12 @@ import logging
 from dataclasses import dataclass
 
 from fetchproxy.keys.request import RequestKey
-from fetchproxy.keys.rules import HostMismatchError, KeyRules, RawRequest
+from fetchproxy.keys.rules import KeyRules, RawRequest
 from fetchproxy.lock.model import Fetch
 from fetchproxy.replay.blobs import VerifiedBlobs
 from fetchproxy.replay.book import ReplayBook
 from fetchproxy.replay.decisions import (
     CORRUPT_BLOB,
-    HOST_MISMATCH,
     INVALID_REQUEST,
     NOT_HTTP,
     NOT_IN_LOCK,
@@ -34,6 +33,7 @@ from fetchproxy.replay.decisions import (
     invalid_request,
     refusal,
     store_refusal,
+    unkeyable,
 )
 from fetchproxy.store import StoreError
 
@@ -104,10 +104,9 @@ class Replayer:
         """The key of ``request`` and its lock entry; nothing is counted yet."""
         try:
             key = self.rules.key(request)
-        except HostMismatchError as exc:
-            return Lookup(None, None, str(exc), HOST_MISMATCH)
-        except ValueError as exc:  # InvalidURLError, InvalidMethodError
-            return Lookup(None, None, str(exc), INVALID_REQUEST)
+        except ValueError as exc:  # HostMismatchError, InvalidURLError, InvalidMethodError, ...
+            reason, status = unkeyable(exc)
+            return Lookup(None, None, str(exc), reason, status)
         return Lookup(key, self.book.lock.lookup(key))
 
     def decide(

@@ -49,11 +49,18 @@ import socket
 from collections.abc import Callable
 
 from fetchproxy.engine import Address, Engine, admitted, cannot_listen
+from fetchproxy.keys.intercepted import NameBook, intercepted_authority, split_authority
 from fetchproxy.keys.rules import RawRequest
 from fetchproxy.replay.certs import HostContexts
 from fetchproxy.replay.client import IDLE_CHECKS, ClientConnection
 from fetchproxy.replay.http1 import MAX_BODY, RequestHead
-from fetchproxy.replay.listener import Listener, LogThrottle, bind, repeats
+from fetchproxy.replay.listener import (
+    Listener,
+    LogThrottle,
+    bind,
+    original_destination,
+    repeats,
+)
 from fetchproxy.replay.replayer import Lookup, Replayer
 
 logger = logging.getLogger("fetchproxy.replay")
@@ -86,8 +93,14 @@ class ReplayServer(Engine):
         max_body: int = MAX_BODY,
         idle_timeout: float = IDLE_TIMEOUT,
         sweep_timer: bool = True,
+        transparent: Address | None = None,
+        names: NameBook | None = None,
     ) -> None:
         super().__init__(on_running=on_running)
+        self._transparent = transparent
+        """``--intercept transparent``: where connections the edge redirected arrive."""
+        self.names = names
+        """The names the DNS stub handed addresses out for."""
         self.replayer = replayer
         self.blobs = replayer.blobs
         self.contexts = contexts
@@ -103,6 +116,7 @@ class ReplayServer(Engine):
         """Connections closed at once because ``max_connections`` were open."""
         self._capacity_log = LogThrottle()
         self.listener: Listener | None = None
+        self.transparent_listener: Listener | None = None
         self.connections: set[ClientConnection] = set()
         self._accepting: set[asyncio.Task[object]] = set()
         self._keys: dict[tuple[str, ...], Known] = {}
@@ -126,15 +140,33 @@ class ReplayServer(Engine):
                 raise cannot_listen(self.listen, str(exc.strerror or exc), in_use=in_use) from None
         self.listener = Listener(sockets, self._accepted)
         self.listener.start()
+        if self._transparent is not None:
+            try:
+                redirected = bind(self._transparent)
+            except OSError as exc:
+                self.listener.close()
+                self.listener = None
+                in_use = exc.errno == errno.EADDRINUSE
+                reason = str(exc.strerror or exc)
+                raise cannot_listen(self._transparent, reason, in_use=in_use) from None
+            self.transparent_listener = Listener(redirected, self._accepted_transparent)
+            self.transparent_listener.start()
         if self._sweep_timer:
             self._schedule_sweep()
-        return self.listener.addresses
+        addresses = self.listener.addresses
+        if self.transparent_listener is not None:
+            addresses += self.transparent_listener.addresses
+        return addresses
 
     async def _stop(self) -> None:
         """Stop listening and drop every connection (a stream in progress is cut off)."""
         listener, self.listener = self.listener, None
         if listener is not None:
             listener.close()
+        transparent, self.transparent_listener = self.transparent_listener, None
+        if transparent is not None:
+            transparent.close()
+
         if self._sweeper is not None:
             self._sweeper.cancel()
         for accepting in self._accepting:
@@ -147,7 +179,22 @@ class ReplayServer(Engine):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _accepted(self, sock: socket.socket, peer: object) -> None:
+    def _accepted_transparent(self, sock: socket.socket, peer: object) -> None:
+        self._accepted(sock, peer, intercepted=True)
+
+    def intercepted_tunnel(self, sock: socket.socket) -> Address | None:
+        """The tunnel a connection on the transparent listener stands for: its original
+        destination, a synthetic address turned back into its name; None (said) when the
+        connection was not redirected."""
+        try:
+            address, port = original_destination(sock)
+        except OSError as exc:
+            logger.warning("replay: a connection on the transparent listener was not "
+                           "redirected there (%s); closed", exc.strerror or exc)  # fmt: skip
+            return None
+        return split_authority(intercepted_authority(address, port, self.names or _NO_NAMES))
+
+    def _accepted(self, sock: socket.socket, peer: object, *, intercepted: bool = False) -> None:
         """A connection accepted: served, unless the client gate or the cap says otherwise."""
         if not self.admit(peer):
             sock.close()
@@ -168,7 +215,9 @@ class ReplayServer(Engine):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # with proto 0
         loop = asyncio.get_running_loop()
         task: asyncio.Task[object] = loop.create_task(
-            loop.connect_accepted_socket(lambda: ClientConnection(self), sock)
+            loop.connect_accepted_socket(
+                lambda: ClientConnection(self, intercepted=intercepted), sock
+            )
         )
         self._accepting.add(task)
 
@@ -206,7 +255,9 @@ class ReplayServer(Engine):
         scheme: str,
         tunnel: Address | None,
         body: bytes,
+        *,
         sni: str | None = None,
+        intercepted: bool = False,
     ) -> Known:
         """The request's key and the lock entry it names, remembered for requests seen again
         (those without a body: the key is a function of the request line, the tunnel, the TLS
@@ -220,6 +271,7 @@ class ReplayServer(Engine):
                 "\0".join(head.values("host")),
                 "" if tunnel is None else f"{tunnel[0]}:{tunnel[1]}",
                 "" if sni is None else sni,
+                "i" if intercepted else "",
                 "\0".join(head.values("accept")),
                 "\0".join(head.values("git-protocol")),
             )
@@ -230,7 +282,9 @@ class ReplayServer(Engine):
         if tunnel is not None:
             host, port = tunnel
             authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        request = RawRequest(head.method, scheme, authority, head.target, head.headers, body, sni)
+        request = RawRequest(
+            head.method, scheme, authority, head.target, head.headers, body, sni, intercepted
+        )
         found = Known(self.replayer.lookup(request))
         if cache_key is not None:
             key = found.lookup.key
@@ -254,6 +308,14 @@ _KEY_CACHE_BYTES = 32 * 1024 * 1024
 reached)."""
 _PREPARED_BYTES = 32 * 1024 * 1024
 """Memory for whole answers kept ready for requests seen again (small bodies only)."""
+
+
+class _NoNames:
+    def name_of(self, address: str) -> None:
+        return None
+
+
+_NO_NAMES = _NoNames()
 
 
 class Known:

@@ -9,7 +9,9 @@ Where the proxy listens depends on the sandbox (``--sandbox``,
 
 - **root**: two network namespaces and a veth pair. The proxy listens in the edge namespace
   (the event-loop thread enters the edge, the engine binds, and its ``on_running`` callback
-  moves the thread back, so upstream connections are made from the host namespace).
+  moves the thread back, so upstream connections are made from the host namespace). With
+  ``--intercept transparent`` the engine also listens for the connections the edge redirects,
+  and a DNS stub (:mod:`fetchproxy.run.dnsstub`) answers the build's lookups there.
 - **user**, without root: a user and network namespace with only lo. Replay serves on the
   listener the sandbox made on its own loopback; record listens on the host's loopback and a
   :class:`~fetchproxy.run.relay.Relay` pipes to it what arrives on that listener. One line on
@@ -34,12 +36,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from fetchproxy.ca import generate_ephemeral_ca, system_trust_bundle
+from fetchproxy.keys.intercepted import NameBook
 from fetchproxy.keys.rules import KeyRules
 from fetchproxy.lock.eventlog import default_log_path
 from fetchproxy.lock.journal import journal_path
 from fetchproxy.record.origins import OriginPolicy
 from fetchproxy.record.rules import KEPT_HEADERS
 from fetchproxy.run.buildenv import build_environment, wgetrc_text
+from fetchproxy.run.dnsstub import DnsStub, SyntheticNames
 from fetchproxy.run.engines import ProxyRun, open_run
 from fetchproxy.run.imports import ImportGuard, preload
 from fetchproxy.run.outcome import ExitStatus, build_outcome, finish
@@ -55,6 +59,7 @@ from fetchproxy.sandbox import (
     available_sandbox,
 )
 from fetchproxy.sandbox.netns import threads_outside_own_netns
+from fetchproxy.sandbox.root import TRANSPARENT_PORT, Intercept
 from fetchproxy.store import DiskStore, Store
 from fetchproxy.store.remote_url import RemoteURL
 
@@ -65,6 +70,10 @@ PROXY_PORT = 3128
 """The proxy's port as the build sees it: in the edge namespace (root sandbox) or on the
 sandbox's own loopback (user sandbox); private to the run, so it never clashes."""
 _INSIDE = "/run/fetchproxy"
+TRANSPARENT_NEEDS_ROOT = (
+    "--intercept transparent needs the root sandbox (run fetchproxy as root): only there can "
+    "the edge take the build's connections; the explicit proxy (the default) works everywhere"
+)
 SandboxMode = Literal["auto", "root", "user", "none"]
 
 
@@ -91,11 +100,20 @@ class RunRequest:
     """record: the response headers kept (the built-in ones plus ``[record] headers``)."""
     attest: Attester | None = None
     """replay: the attestation to write when the build succeeded (``--attest``)."""
+    intercept: Intercept = "proxy"
+    """``transparent``: the root sandbox takes every connection the build makes, not only
+    those to the proxy (``--intercept``)."""
     remote: RemoteURL | None = None
     """The remote store the lock's blobs travel through (``--remote``)."""
 
     def settings(
-        self, confdir: Path, host: str, port: int, *, isolation: Isolation
+        self,
+        confdir: Path,
+        host: str,
+        port: int,
+        *,
+        isolation: Isolation,
+        names: NameBook | None = None,
     ) -> ProxySettings:
         """The proxy's settings for this run, listening at ``host:port``, its build in the
         ``isolation`` sandbox."""
@@ -116,6 +134,8 @@ class RunRequest:
             keep_headers=self.keep_headers,
             sandbox=isolation,
             attest=self.attest,
+            transparent=None if names is None else (host, TRANSPARENT_PORT),
+            names=names,
             remote=self.remote,
         )
 
@@ -143,13 +163,19 @@ async def _run(request: RunRequest, tmp: Path) -> int:
     ca.write(confdir)
     bundle = system_trust_bundle() + b"\n" + ca.cert_pem
     if request.sandbox == "none":
+        if request.intercept == "transparent":
+            raise SandboxError(TRANSPARENT_NEEDS_ROOT)
         return await _run_unsandboxed(request, confdir, tmp, bundle)
     kind, reason = available_sandbox(request.sandbox)
     if kind is None:
         raise SandboxError(reason)
+    if kind != "root" and request.intercept == "transparent":
+        raise SandboxError(TRANSPARENT_NEEDS_ROOT)
     if kind == "root":
-        with Sandbox(proxy_port=PROXY_PORT) as sandbox:
-            async with _in_edge(request, sandbox, confdir) as proxy:
+        with Sandbox(proxy_port=PROXY_PORT, intercept=request.intercept) as sandbox:
+            async with _dns_stub(sandbox) as names, _in_edge(
+                request, sandbox, confdir, names
+            ) as proxy:  # fmt: skip
                 return await _build(request, sandbox, proxy, bundle, sandbox.edge_address)
     with UserSandbox(proxy_port=PROXY_PORT) as user_sandbox:
         async with _in_user_sandbox(request, user_sandbox, confdir) as proxy:
@@ -157,12 +183,30 @@ async def _run(request: RunRequest, tmp: Path) -> int:
 
 
 @contextlib.asynccontextmanager
-async def _in_edge(request: RunRequest, sandbox: Sandbox, confdir: Path) -> AsyncIterator[ProxyRun]:
+async def _dns_stub(sandbox: Sandbox) -> AsyncIterator[SyntheticNames | None]:
+    """With ``--intercept transparent``, the DNS stub answering in the edge for the ``with``
+    block, and the names it hands out; else nothing (None)."""
+    if sandbox.intercept != "transparent":
+        yield None
+        return
+    names = SyntheticNames()
+    stub = DnsStub(names)
+    await stub.start(*sandbox.dns_sockets())
+    try:
+        yield names
+    finally:
+        await stub.stop()
+
+
+@contextlib.asynccontextmanager
+async def _in_edge(
+    request: RunRequest, sandbox: Sandbox, confdir: Path, names: SyntheticNames | None
+) -> AsyncIterator[ProxyRun]:
     """The proxy listening in the root sandbox's edge namespace, for the ``with`` block."""
-    proxy = open_run(
-        request.settings(confdir, sandbox.edge_address, PROXY_PORT, isolation="root"),
-        on_running=sandbox.leave_edge,
+    settings = request.settings(
+        confdir, sandbox.edge_address, PROXY_PORT, isolation="root", names=names
     )
+    proxy = open_run(settings, on_running=sandbox.leave_edge)
     sandbox.enter_edge()
     try:
         await proxy.start()

@@ -93,6 +93,8 @@ def open_run(
                 sock=sock,
                 only_client_ports=s.only_client_ports,
                 on_running=on_running,
+                transparent=s.transparent,
+                names=s.names,
             )
             return ProxyRun(s, engine, replayer=replayer)
         from fetchproxy.addons.replay import Replay  # noqa: PLC0415 -- loads mitmproxy
@@ -143,4 +145,6 @@ def _mitmproxy(
         only_client_ports=settings.only_client_ports,
         on_running=on_running,
         extra_options=settings.extra_options,
+        transparent=settings.transparent,
+        names=settings.names,
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from fetchproxy.keys.intercepted import NameBook
 from fetchproxy.keys.rules import KeyRules
 from fetchproxy.record.origins import OriginPolicy
 from fetchproxy.record.rules import KEPT_HEADERS
@@ -64,6 +65,11 @@ class ProxySettings:
     """replay: the sandbox the clients are in, for the record of what was served."""
     attest: Attester | None = None
     """replay: writes the attestation of what was served when the build succeeded."""
+    transparent: tuple[str, int] | None = None
+    """``--intercept transparent``: where the connections the sandbox's edge redirected
+    arrive (a second listener, beside the explicit proxy's)."""
+    names: NameBook | None = None
+    """With ``transparent``: the names the DNS stub handed synthetic addresses out for."""
 
     @property
     def direct(self) -> bool:

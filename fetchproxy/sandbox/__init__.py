@@ -5,7 +5,9 @@ configured over rtnetlink, ``rtnetlink.py``): the *sandbox*, where the build
 runs, and the *edge*, where the caller binds the proxy's listening socket
 (:meth:`Sandbox.listen_socket`, or a thread moved in with
 :meth:`Sandbox.in_edge`). The host namespace is never touched. Namespaces are
-held by file descriptors only, so nothing outlives the launcher.
+held by file descriptors only, so nothing outlives the launcher. With
+``intercept="transparent"`` the build gets a default route through the veth instead, and the
+edge takes all of its traffic by rules installed from inside it (``nftables.py``).
 
 Per build, the launcher prepares (``buildplan.py``) what the supervisor is told:
 the build's mounts, decided without I/O (``mountplan.py``) from host facts

@@ -34,6 +34,7 @@ from typing import Any
 from fetchproxy.sandbox import linux
 from fetchproxy.sandbox.bare import bare_command
 from fetchproxy.sandbox.buildplan import Prepared, Stdio, prepare
+from fetchproxy.sandbox.mountplan import NetworkFiles
 from fetchproxy.sandbox.netns import in_new_thread
 from fetchproxy.sandbox.supervisor import STEP_EXEC, LineReader, format_message, parse_message
 from fetchproxy.sandbox.support import NO_SANDBOX_HINT, BuildStartError, SandboxError
@@ -201,11 +202,13 @@ def spawn(
     stdout: int | None = None,
     stderr: int | None = None,
     userns_fd: int | None = None,
+    dns: NetworkFiles | None = None,
 ) -> BuildProcess:
     """Run ``argv`` in the sandbox whose network namespace is ``netns_fd``.
 
     See :meth:`BuildOwner.spawn`. ``userns_fd``: the user namespace that owns
-    ``netns_fd``, for the unprivileged sandbox.
+    ``netns_fd``, for the unprivileged sandbox. ``dns``: the build's resolv.conf and
+    /etc/hosts (None: a resolv.conf naming no reachable server, and the host's hosts).
     """
     if not argv:
         raise ValueError("the build command is empty")
@@ -221,6 +224,7 @@ def spawn(
         fresh_home=fresh_home,
         stdio=stdio,
         user_namespace=userns_fd is not None,
+        dns=dns,
     )
     try:
         process, parent = _start(netns_fd, userns_fd, prepared.config, stdio)
@@ -292,6 +296,8 @@ class BuildOwner(abc.ABC):
 
     def __init__(self) -> None:
         self._builds: list[BuildProcess] = []
+        self._dns: NetworkFiles | None = None
+        """The builds' own resolv.conf and /etc/hosts (None: no DNS server is reachable)."""
 
     def __exit__(
         self,
@@ -360,6 +366,7 @@ class BuildOwner(abc.ABC):
             stdout=stdout,
             stderr=stderr,
             userns_fd=userns_fd,
+            dns=self._dns,
         )
         self._builds.append(build)
         return build

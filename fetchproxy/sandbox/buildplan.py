@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from fetchproxy.sandbox import hostfs
-from fetchproxy.sandbox.mountplan import MountPlan, Paths, dirs_to_expand, plan_layers, plan_mounts
+from fetchproxy.sandbox.mountplan import (
+    MountPlan,
+    NetworkFiles,
+    Paths,
+    dirs_to_expand,
+    plan_layers,
+    plan_mounts,
+)
 from fetchproxy.sandbox.seccomp import tty_input_filter
 from fetchproxy.sandbox.support import SandboxError
 from fetchproxy.sandbox.terminal import plan_terminal
@@ -44,7 +51,13 @@ def fresh_home_environment(env: Mapping[str, str], home: str) -> dict[str, str]:
     return fresh
 
 
-def mount_plan(*, paths: Paths, files: Mapping[str, bytes], user_namespace: bool) -> MountPlan:
+def mount_plan(
+    *,
+    paths: Paths,
+    files: Mapping[str, bytes],
+    user_namespace: bool,
+    dns: NetworkFiles | None = None,
+) -> MountPlan:
     """The build's mounts on this machine; ValueError for paths that contradict each other."""
     private = hostfs.private_dirs()
     mounts = hostfs.mount_table()
@@ -52,6 +65,7 @@ def mount_plan(*, paths: Paths, files: Mapping[str, bytes], user_namespace: bool
     resolv_conf = None
     if os.path.lexists("/etc/resolv.conf"):
         resolv_conf = os.path.realpath("/etc/resolv.conf")
+    hosts = os.path.realpath("/etc/hosts") if os.path.lexists("/etc/hosts") else None
     return plan_mounts(
         layers=plan_layers(mounts, private, expand=user_namespace, listings=listings),
         user_namespace=user_namespace,
@@ -60,6 +74,9 @@ def mount_plan(*, paths: Paths, files: Mapping[str, bytes], user_namespace: bool
         files=files,
         resolv_conf=resolv_conf,
         resolv_conf_exists=resolv_conf is not None and Path(resolv_conf).exists(),
+        hosts=hosts,
+        hosts_exists=hosts is not None and Path(hosts).exists(),
+        dns=dns,
     )
 
 
@@ -116,6 +133,7 @@ def prepare(
     fresh_home: bool,
     stdio: Stdio,
     user_namespace: bool,
+    dns: NetworkFiles | None = None,
 ) -> Prepared:
     """The configuration for one build; :class:`SandboxError` when the paths do not fit."""
     real_cwd = os.path.realpath(cwd if cwd is not None else Path.cwd())
@@ -137,7 +155,7 @@ def prepare(
             homes=homes,
             links=hostfs.installation_links(),
         )
-        plan = mount_plan(paths=paths, files=files, user_namespace=user_namespace)
+        plan = mount_plan(paths=paths, files=files, user_namespace=user_namespace, dns=dns)
     except (ValueError, OSError) as error:
         prepared.release()
         detail = str(error) if isinstance(error, ValueError) else _error_text(error)

@@ -39,6 +39,7 @@ from fetchproxy.sandbox.linux import is_under
 
 FILES_DIR = "/run/fetchproxy"
 RESOLV_CONF_NAME = "resolv.conf"
+HOSTS_NAME = "hosts"
 # No route leads to 192.0.2.1 (TEST-NET-1) inside the sandbox, so a lookup
 # fails at once with ENETUNREACH; the options bound the worst case to ~1 s.
 RESOLV_CONF = (
@@ -137,6 +138,15 @@ class Bind:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NetworkFiles:
+    """The sandbox's own resolv.conf and /etc/hosts (``--intercept transparent``: the DNS
+    stub in the edge, and only localhost)."""
+
+    resolv_conf: bytes
+    hosts: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
 class ResolvConf:
     """Where the sandbox's resolv.conf goes: written into a private tmpfs, or bound over a file."""
 
@@ -153,6 +163,9 @@ class MountPlan:
     binds: tuple[Bind, ...]
     files: tuple[tuple[str, bytes], ...]  # written read-only into FILES_DIR
     resolv_conf: ResolvConf | None
+    resolv_conf_content: bytes = RESOLV_CONF
+    hosts: ResolvConf | None = None
+    hosts_content: bytes | None = None  # None: the host's /etc/hosts stays as it is
 
     def to_spec(self) -> dict[str, Any]:
         """Everything the supervisor needs to carry the plan out, as plain data.
@@ -172,7 +185,10 @@ class MountPlan:
             if self.resolv_conf is None
             else (self.resolv_conf.path, self.resolv_conf.bind),
             "resolv_conf_copy": posixpath.join(FILES_DIR, RESOLV_CONF_NAME),
-            "resolv_conf_content": RESOLV_CONF,
+            "resolv_conf_content": self.resolv_conf_content,
+            "hosts": None if self.hosts is None else (self.hosts.path, self.hosts.bind),
+            "hosts_copy": posixpath.join(FILES_DIR, HOSTS_NAME),
+            "hosts_content": self.hosts_content,
             "proc_readonly": list(PROC_READONLY),
             "sys": SYS,
             "devices": list(DEVICES),
@@ -187,7 +203,7 @@ def check_file_name(name: str) -> None:
             f"sandbox file name {name!r} is not a plain file name; "
             f"files are placed as {FILES_DIR}/<name>"
         )
-    if name == RESOLV_CONF_NAME:
+    if name in {RESOLV_CONF_NAME, HOSTS_NAME}:
         raise ValueError(f"sandbox file name {name!r} is reserved for the sandbox's own DNS setup")
 
 
@@ -353,13 +369,18 @@ def plan_mounts(
     files: Mapping[str, bytes],
     resolv_conf: str | None,
     resolv_conf_exists: bool,
+    hosts: str | None = None,
+    hosts_exists: bool = False,
+    dns: NetworkFiles | None = None,
 ) -> MountPlan:
     """The mounts for one build.
 
     ``layers``: from :func:`plan_layers`. ``private_dirs``: existing directories (real paths)
     to cover with a tmpfs; must include ``/run``. ``resolv_conf``: the real path
-    /etc/resolv.conf leads to (None when there is none). Raises ValueError for paths that
-    contradict each other.
+    /etc/resolv.conf leads to (None when there is none); ``hosts`` the same for /etc/hosts.
+    ``dns``: the sandbox's own resolv.conf and hosts (None: the resolv.conf that names no
+    reachable server, and the host's hosts). Raises ValueError for paths that contradict each
+    other.
     """
     for name in files:
         check_file_name(name)
@@ -378,14 +399,10 @@ def plan_mounts(
     binds = [Bind(path=p, writable=True) for p in writable]
     binds += [Bind(path=p, writable=True) for p in _intermediates(readonly, writable)]
     binds += [Bind(path=p, writable=False) for p in readonly]
-    resolv = None
-    if resolv_conf is not None:
-        in_private = any(is_under(resolv_conf, d) for d in private_dirs)
-        in_bound = any(is_under(resolv_conf, b.path) for b in binds)
-        if in_private and not in_bound:
-            resolv = ResolvConf(path=resolv_conf, bind=False)
-        elif resolv_conf_exists:
-            resolv = ResolvConf(path=resolv_conf, bind=True)
+    resolv = _placed(resolv_conf, resolv_conf_exists, private_dirs, binds)
+    hosts_file = None
+    if dns is not None:
+        hosts_file = _placed(hosts, hosts_exists, private_dirs, binds)
     return MountPlan(
         layers=tuple(layers),
         user_namespace=user_namespace,
@@ -394,4 +411,26 @@ def plan_mounts(
         binds=tuple(binds),
         files=tuple(sorted(files.items())),
         resolv_conf=resolv,
+        resolv_conf_content=RESOLV_CONF if dns is None else dns.resolv_conf,
+        hosts=hosts_file,
+        hosts_content=None if dns is None else dns.hosts,
     )
+
+
+def _placed(
+    path: str | None,
+    exists: bool,  # noqa: FBT001
+    private_dirs: Sequence[str],
+    binds: Sequence[Bind],
+) -> ResolvConf | None:
+    """Where a file of the sandbox's own DNS setup goes, for the real path ``path`` of the
+    host's (None: there is none): written into a private tmpfs, or bound over the file."""
+    if path is None:
+        return None
+    in_private = any(is_under(path, d) for d in private_dirs)
+    in_bound = any(is_under(path, b.path) for b in binds)
+    if in_private and not in_bound:
+        return ResolvConf(path=path, bind=False)
+    if exists:
+        return ResolvConf(path=path, bind=True)
+    return None

@@ -166,7 +166,22 @@ def _files(plan: dict[str, Any]) -> None:
         else:
             os.makedirs(os.path.dirname(inside(path)), mode=0o755, exist_ok=True)
             write_file(inside(path), plan["resolv_conf_content"])
+    if plan["hosts"] is not None:
+        _place(plan["hosts"], plan["hosts_copy"], plan["hosts_content"])
     bind_readonly(files_dir)
+
+
+def _place(where: tuple[str, bool], copy: str, content: bytes) -> None:
+    """``content`` in place of the host file ``where`` (a path, and whether to bind over it)."""
+    path, bind = where
+    if bind:
+        write_file(inside(copy), content)
+        _mount_point(inside(path), directory=False)
+        linux.mount(inside(copy), inside(path), None, linux.MS_BIND)
+        remount_readonly(inside(path), LOCKED_DOWN)
+    else:
+        os.makedirs(os.path.dirname(inside(path)), mode=0o755, exist_ok=True)
+        write_file(inside(path), content)
 
 
 def _remount_readonly(tops: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""A minimal rtnetlink client: create a veth pair, add an address, bring a link up.
+"""A minimal rtnetlink client: create a veth pair, add an address and a route, bring a link up.
 
 Why not ``ip``: it names a target namespace only by PID or by a name under
 ``/run/netns``, and the sandbox's namespaces have neither; rtnetlink takes the
@@ -27,6 +27,7 @@ RTM_NEWLINK = 16
 RTM_GETLINK = 18
 RTM_NEWADDR = 20
 RTM_GETADDR = 22
+RTM_NEWROUTE = 24
 NLMSG_DONE = 3
 NLM_F_DUMP = 0x300
 IFLA_IFNAME = 3
@@ -46,6 +47,13 @@ _NLMSGHDR = struct.Struct("=IHHII")  # length, type, flags, sequence, port id
 _IFINFOMSG = struct.Struct("=BxHiII")  # family, type, index, flags, change
 _IFADDRMSG = struct.Struct("=BBBBI")  # family, prefix length, flags, scope, index
 _RTATTR = struct.Struct("=HH")  # length, type
+_RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst/src len, tos, table, protocol, scope, type
+_RT_TABLE_MAIN = 254
+_RTPROT_STATIC = 4
+_RT_SCOPE_UNIVERSE = 0
+_RTN_UNICAST = 1
+_RTA_GATEWAY = 5
+_RTA_OIF = 4
 _NLMSGERR = struct.Struct("=i")  # -errno, followed by the request's header
 
 
@@ -102,6 +110,25 @@ def new_address_body(index: int, interface: ipaddress.IPv4Interface) -> bytes:
         _IFADDRMSG.pack(socket.AF_INET, interface.network.prefixlen, 0, 0, index)
         + attribute(IFA_LOCAL, packed)
         + attribute(IFA_ADDRESS, packed)
+    )
+
+
+def default_route_body(gateway: ipaddress.IPv4Address, index: int) -> bytes:
+    """RTM_NEWROUTE: 0.0.0.0/0 via ``gateway`` on link ``index``."""
+    return (
+        _RTMSG.pack(
+            socket.AF_INET,
+            0,
+            0,
+            0,
+            _RT_TABLE_MAIN,
+            _RTPROT_STATIC,
+            _RT_SCOPE_UNIVERSE,
+            _RTN_UNICAST,
+            0,
+        )
+        + attribute(_RTA_GATEWAY, gateway.packed)
+        + attribute(_RTA_OIF, struct.pack("=i", index))
     )
 
 
@@ -182,6 +209,11 @@ class Rtnetlink:
         self._socket.bind((0, 0))
         self._sequence = 0
 
+    @property
+    def socket(self) -> socket.socket:
+        """The netlink socket itself (to ask which namespace it is in)."""
+        return self._socket
+
     def close(self) -> None:
         self._socket.close()
 
@@ -229,6 +261,10 @@ class Rtnetlink:
             found.extend(parse_addresses(data))
             if _dump_done(data):
                 return found
+
+    def add_default_route(self, gateway: ipaddress.IPv4Address, index: int) -> None:
+        body = default_route_body(gateway, index)
+        self.request(RTM_NEWROUTE, body, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL)
 
     def add_address(self, index: int, interface: ipaddress.IPv4Interface) -> None:
         body = new_address_body(index, interface)

@@ -8,6 +8,7 @@ proxy. Every test runs as root (CI is root) in the root sandbox, some in the use
 
 from __future__ import annotations
 
+import functools
 import gzip
 import http.server
 import importlib
@@ -40,6 +41,13 @@ def fetchproxy_in(work: Path, *args: str, home: Path | None = None) -> tuple[int
     env["HOME"] = str(home or work / "home")
     done = run_fetchproxy(*args, cwd=work, env=env, test_origins=False, timeout=240)
     return done.returncode, done.stdout, done.stderr
+
+
+def _fetchproxy_with(
+    options: tuple[str, ...], work: Path, *args: str, home: Path | None = None
+) -> tuple[int, str, str]:
+    """:func:`fetchproxy_in` with ``options`` after the command word."""
+    return fetchproxy_in(work, args[0], *options, *args[1:], home=home)
 
 
 def every_path_build(origin: Origin, *, http2: bool) -> str:
@@ -79,16 +87,22 @@ def write_bodies(work: Path) -> None:
     (work / "upload-pack.body").write_bytes(b"0032want " + b"a" * 40 + b"\n00000009done\n")
 
 
-@pytest.mark.parametrize("sandbox", ["root", "user"])
+@pytest.mark.parametrize("sandbox", ["root", "root-transparent", "user"])
 def test_no_code_is_loaded_while_the_build_runs(
     tmp_path: Path, origin: Origin, origin_pki: OriginPKI, sandbox: str
 ) -> None:
     """Every module either engine needs is loaded before the build starts; a load while it
-    runs would be refused and reported (fetchproxy.run.imports). Both engines, both sandboxes."""
+    runs would be refused and reported (fetchproxy.run.imports). Both engines, both sandboxes,
+    and the root one with ``--intercept transparent`` (a literal address dialled directly)."""
     needs_root()
     write_bodies(tmp_path)
-    (tmp_path / "build.sh").write_text(every_path_build(origin, http2=True))
-    common = ("--sandbox", sandbox)
+    build = every_path_build(origin, http2=True)
+    if sandbox == "root-transparent":
+        build += "\ncurl -sS --noproxy '*' -o /dev/null http://192.0.2.77/x.txt || true"
+    (tmp_path / "build.sh").write_text(build)
+    common: tuple[str, ...] = ("--sandbox", "root", "--intercept", "transparent")
+    if sandbox != "root-transparent":
+        common = ("--sandbox", sandbox)
     record = fetchproxy_in(
         tmp_path,
         "record",
@@ -119,11 +133,13 @@ def test_no_code_is_loaded_while_the_build_runs(
 # ------------------------------------------------------------------------------ the file system
 
 
-def test_a_build_changes_no_file_outside_its_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("intercept", ["proxy", "transparent"])
+def test_a_build_changes_no_file_outside_its_run(tmp_path: Path, intercept: str) -> None:
     """The host's files, the home, fetchproxy's installation, the store, the lock, its journal
     and its event log are as they were after a build that tried to change them all; what it
     wrote in its working directory stays."""
     needs_root()
+    fetchproxy_in = functools.partial(_fetchproxy_with, ("--intercept", intercept))
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
     home.mkdir()
@@ -173,10 +189,20 @@ class _Service(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def own_ipv4_addresses() -> list[str]:
+    """The host's own IPv4 addresses but loopback's (which, in the sandbox, is its own)."""
+    links = json.loads(
+        subprocess.run(["ip", "-j", "-4", "addr"], check=True, capture_output=True).stdout
+    )
+    addresses = [a["local"] for link in links for a in link.get("addr_info", [])]
+    return [a for a in addresses if not a.startswith("127.")]
+
+
 @pytest.fixture
 def host_service() -> Iterator[int]:
+    """A service on every address of the host (0.0.0.0), never to be reached by a build."""
     _Service.hits = 0
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Service)
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), _Service)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -187,28 +213,44 @@ def host_service() -> Iterator[int]:
         thread.join()
 
 
+@pytest.mark.parametrize("intercept", ["proxy", "transparent"])
 def test_record_reaches_no_host_local_service_unless_allowed(
-    tmp_path: Path, host_service: int
+    tmp_path: Path, host_service: int, intercept: str
 ) -> None:
+    """Through the proxy, and with ``--intercept transparent`` also dialled directly: the
+    host's own addresses (the one the service listens on, and the host's others), the edge's
+    and the metadata address are refused, and the service hears nothing."""
     needs_root()
+    fetchproxy_in = functools.partial(_fetchproxy_with, ("--intercept", intercept))
     target = f"http://127.0.0.1:{host_service}/x"
     curl = 'curl -sS --noproxy "" -x "$http_proxy" -o /dev/null -w "%{http_code}\\n"'
     build = f"{curl} {target}; {curl} http://169.254.169.254/latest/meta-data/"
+    direct: list[str] = []
+    if intercept == "transparent":
+        plain = 'curl -sS --noproxy "*" -o /dev/null -w "%{http_code}\\n"'
+        direct = [
+            *(f"http://{address}:{host_service}/x" for address in own_ipv4_addresses()),
+            "http://169.254.169.254/latest/meta-data/",
+            "http://169.254.77.1:9/",
+        ]
+        build += "".join(f"; {plain} {url}" for url in direct)
     status, out, err = fetchproxy_in(tmp_path, "record", "--", "sh", "-c", build)
     assert status == 0, err
-    assert out.split() == ["403", "403"]
+    assert out.split() == ["403"] * (2 + len(direct))
     assert _Service.hits == 0
     log = (tmp_path / "fetchproxy.lock.log.jsonl").read_text()
     events = [json.loads(line) for line in log.splitlines()]
-    assert [(e["event"], e["reason"]) for e in events] == [("refused", "origin-not-allowed")] * 2
-    assert "2 refused by fetchproxy" in err
+    refused = [("refused", "origin-not-allowed")] * (2 + len(direct))
+    assert [(e["event"], e["reason"]) for e in events] == refused
+    assert f"{2 + len(direct)} refused by fetchproxy" in err
     assert len(load_lock(tmp_path / "fetchproxy.lock.toml")) == 0
 
     allowed = fetchproxy_in(
         tmp_path, "record", "--allow-origin", f"127.0.0.1:{host_service}", "--", "sh", "-c", build
     )
     assert allowed[0] == 0, allowed[2]
-    assert allowed[1].split() == ["200", "403"]  # the metadata address stays refused: not named
+    # the metadata address stays refused: not named; so do the host's others
+    assert allowed[1].split() == ["200", "403"] + ["403"] * len(direct)
     assert _Service.hits == 1
     assert [f.key.url for f in load_lock(tmp_path / "fetchproxy.lock.toml").fetches] == [target]
 

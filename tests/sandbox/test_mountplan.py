@@ -10,6 +10,7 @@ from fetchproxy.sandbox.mountplan import (
     Entry,
     Layer,
     MountPlan,
+    NetworkFiles,
     Paths,
     ResolvConf,
     Tmpfs,
@@ -215,6 +216,9 @@ def test_the_spec_carries_everything_the_supervisor_needs() -> None:
         "resolv_conf": ("/etc/resolv.conf", True),
         "resolv_conf_copy": "/run/fetchproxy/resolv.conf",
         "resolv_conf_content": RESOLV_CONF,
+        "hosts": None,
+        "hosts_copy": "/run/fetchproxy/hosts",
+        "hosts_content": None,
         "proc_readonly": ["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"],
         "sys": "/sys",
         "devices": ["null", "zero", "full", "random", "urandom", "tty"],
@@ -226,6 +230,28 @@ def test_the_spec_carries_everything_the_supervisor_needs() -> None:
             ("stderr", "/proc/self/fd/2"),
         ],
     }
+
+
+def test_transparent_interception_brings_its_own_resolv_conf_and_hosts() -> None:
+    dns = NetworkFiles(resolv_conf=b"nameserver 169.254.77.1\n", hosts=b"127.0.0.1 localhost\n")
+    spec = plan_mounts(
+        layers=(Layer(kind="overlay", path="/"),),
+        user_namespace=False,
+        private_dirs=PRIVATE,
+        paths=Paths(cwd="/tmp/work"),
+        files={},
+        resolv_conf="/run/systemd/resolve/stub-resolv.conf",
+        resolv_conf_exists=True,
+        hosts="/etc/hosts",
+        hosts_exists=True,
+        dns=dns,
+    ).to_spec()
+    assert spec["resolv_conf"] == ("/run/systemd/resolve/stub-resolv.conf", False)  # in a tmpfs
+    assert spec["resolv_conf_content"] == b"nameserver 169.254.77.1\n"
+    assert spec["hosts"] == ("/etc/hosts", True)
+    assert spec["hosts_content"] == b"127.0.0.1 localhost\n"
+    with pytest.raises(ValueError, match="reserved"):
+        check_file_name("hosts")
 
 
 # ----------------------------------------------------------------------------- refused plans

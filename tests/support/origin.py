@@ -20,7 +20,7 @@ import selectors
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
@@ -47,14 +47,14 @@ class OriginPKI:
     key: Path
 
 
-def make_pki(directory: Path) -> OriginPKI:
-    """A fresh CA and a certificate it signed for 127.0.0.1 and localhost, written as PEM.
+def make_pki(directory: Path, names: Sequence[str] = ("127.0.0.1", "localhost")) -> OriginPKI:
+    """A fresh CA and a certificate it signed for ``names`` (127.0.0.1 and localhost), as PEM.
 
     Made with fetchproxy's own CA code, a different CA from the proxy's: the origin's.
     """
     directory.mkdir(parents=True, exist_ok=True)
     ca = generate_ca("fetchproxy test origin CA", lifetime=datetime.timedelta(days=2))
-    cert_pem, key_pem = ca.issue_server_certificate(["127.0.0.1", "localhost"])
+    cert_pem, key_pem = ca.issue_server_certificate(list(names))
     pki = OriginPKI(
         ca_cert=directory / "origin-ca.pem",
         cert=directory / "origin-cert.pem",
@@ -149,17 +149,27 @@ class _Counters:
 class Origin:
     """The test origin; ``with Origin(site, pki) as origin: ... origin.url("/x")``."""
 
-    def __init__(self, site: Site, pki: OriginPKI, *, http2: bool = True) -> None:
+    def __init__(
+        self,
+        site: Site,
+        pki: OriginPKI,
+        *,
+        http2: bool = True,
+        address: tuple[str, int] = ("127.0.0.1", 0),
+        name: str | None = None,
+    ) -> None:
+        """``address``: where it listens; ``name``: the host its URLs name (the address's)."""
         self.site = site
         self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._context.load_cert_chain(pki.cert, pki.key)
         self._context.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
+        self._listener.bind(address)
         self._listener.listen(128)
         self.port: int = self._listener.getsockname()[1]
-        self.base_url = f"https://127.0.0.1:{self.port}"
+        shown = f"{name or address[0]}" + ("" if self.port == 443 else f":{self.port}")
+        self.base_url = f"https://{shown}"
         self._counters = _Counters()
         self._stopping = threading.Event()
         self._sockets: set[socket.socket] = set()

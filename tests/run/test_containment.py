@@ -13,6 +13,7 @@ import http.server
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -152,6 +153,94 @@ def test_a_build_changes_no_file_outside_its_run(tmp_path: Path) -> None:
     assert not journal.exists()  # the record ended: its journal went, no planted one came
     assert sorted(str(p.relative_to(store)) for p in store.rglob("*")) == store_before
     assert (work / "built.txt").read_text() == "mine\n"  # its working directory is its own
+
+
+@pytest.fixture
+def host_dir() -> Iterator[Path]:
+    """A directory of the host's own file system outside the working directory and outside
+    ``/tmp`` (a private tmpfs in the sandbox would hide it): the build sees it through the
+    throwaway layer, as it sees ``~/.gradle`` or ``/etc``."""
+    path = Path("/var/lib") / f"fetchproxy-test-{uuid.uuid4()}"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+_WRITES = """
+echo kept > {cache}/kept.txt
+echo lost >> {other}/existing.txt
+echo lost > {other}/new.txt
+cat {other}/existing.txt {cache}/kept.txt
+"""
+
+
+@pytest.mark.parametrize("named_by", ["--writable", "[sandbox] writable"])
+def test_a_writable_path_keeps_what_the_build_writes_and_nothing_else_does(
+    tmp_path: Path, host_dir: Path, named_by: str
+) -> None:
+    """A path named by ``--writable`` or fetchproxy.toml's ``[sandbox] writable`` keeps what
+    the build writes there, in record and in replay; what it writes elsewhere outside its
+    working directory it sees during the run, and it is gone after."""
+    needs_root()
+    cache, other = host_dir / "cache", host_dir / "other"
+    cache.mkdir()
+    other.mkdir()
+    (other / "existing.txt").write_text("the host's\n")
+    build = _WRITES.format(cache=cache, other=other)
+    flags: tuple[str, ...] = ()
+    if named_by == "--writable":
+        flags = ("--writable", str(cache))
+    else:  # relative to the config file, as the docs say
+        (tmp_path / "fetchproxy.toml").write_text(
+            f'[sandbox]\nwritable = ["{os.path.relpath(cache, tmp_path)}"]\n'
+        )
+    for mode in ("record", "replay"):
+        status, out, err = fetchproxy_in(tmp_path, mode, *flags, "--", "sh", "-c", build)
+        assert status == 0, f"{mode}: {err}"
+        assert out == "the host's\nlost\nkept\n", f"{mode}: the build saw its writes"
+        assert (cache / "kept.txt").read_text() == "kept\n", mode
+        (cache / "kept.txt").unlink()  # so replay's write is seen on its own
+        assert (other / "existing.txt").read_text() == "the host's\n", mode
+        assert sorted(p.name for p in other.iterdir()) == ["existing.txt"], mode
+
+
+_HOME_PROBE = """
+ls -A "$HOME"
+echo "xdg $XDG_CACHE_HOME $XDG_CONFIG_HOME"
+mkdir -p "$XDG_CACHE_HOME/tool" && echo warm > "$XDG_CACHE_HOME/tool/cache"
+echo mine > "$HOME/.written"
+cat "$HOME/.written"
+"""
+
+
+def test_a_fresh_home_gives_the_build_an_empty_home_and_keeps_nothing_it_writes(
+    tmp_path: Path, host_dir: Path
+) -> None:
+    """``--fresh-home``: the build sees an empty ``$HOME`` (the user's warm caches out of
+    sight), its XDG directories inside it, and what it writes there is gone after the run;
+    without the flag it sees the user's home as it is."""
+    needs_root()
+    home = host_dir / "home"
+    (home / ".cache" / "pip").mkdir(parents=True)
+    (home / ".cache" / "pip" / "warm").write_text("a cached wheel\n")
+    (home / ".bashrc").write_text("# the user's own\n")
+    before = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+    status, out, err = fetchproxy_in(tmp_path, "record", "--", "sh", "-c", _HOME_PROBE, home=home)
+    assert status == 0, err
+    assert out.splitlines()[:2] == [".bashrc", ".cache"]  # the user's home, as it is
+    for mode in ("record", "replay"):
+        status, out, err = fetchproxy_in(
+            tmp_path, mode, "--fresh-home", "--", "sh", "-c", _HOME_PROBE, home=home
+        )
+        assert status == 0, f"{mode}: {err}"
+        assert out.splitlines() == [
+            f"xdg {home}/.cache {home}/.config",  # nothing listed before it: empty
+            "mine",
+        ], f"{mode}: {out}"
+        assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == before, mode
+        assert (home / ".cache" / "pip" / "warm").read_text() == "a cached wheel\n"
 
 
 # ------------------------------------------------------------------------ what record may reach

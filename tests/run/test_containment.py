@@ -14,6 +14,7 @@ import importlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -28,6 +29,7 @@ import pytest
 
 import fetchproxy
 from fetchproxy.lock.file import load_lock
+from fetchproxy.run.engines import host_addresses
 from tests.sandbox.conftest import needs_root
 from tests.support.cli import run_fetchproxy
 from tests.support.origin import Origin, OriginPKI
@@ -262,42 +264,79 @@ class _Service(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def _interface_address() -> str:
+    """One of the host's own addresses that is neither loopback nor link-local (eth0's on a
+    CI machine): a service there is the host's as much as one on its loopback."""
+    for address in host_addresses():
+        if not (address.is_loopback or address.is_link_local):
+            return str(address)
+    raise AssertionError("the host has no address but loopback and link-local ones")
+
+
 @pytest.fixture
-def host_service() -> Iterator[int]:
+def host_service() -> Iterator[tuple[int, str]]:
+    """The service on the host's loopback and on one of its interface addresses (the same
+    port, as a service bound to every address would be): its port and that address."""
     _Service.hits = 0
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Service)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    address = _interface_address()
+    first = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Service)
+    port = int(first.server_address[1])
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    second_class = type("Server", (http.server.ThreadingHTTPServer,), {"address_family": family})
+    servers = [first, second_class((address, port), _Service)]
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
+    for thread in threads:
+        thread.start()
     try:
-        yield int(server.server_address[1])
+        yield port, address
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+        for server, thread in zip(servers, threads, strict=True):
+            server.shutdown()
+            server.server_close()
+            thread.join()
 
 
 def test_record_reaches_no_host_local_service_unless_allowed(
-    tmp_path: Path, host_service: int
+    tmp_path: Path, host_service: tuple[int, str]
 ) -> None:
+    """The host's loopback, one of its interface addresses, a name that resolves to loopback
+    (checked on the address connected to, after DNS) and the cloud metadata address are
+    refused with 403 and ``x-fetchproxy-refused: origin-not-allowed``; naming one origin
+    exactly allows that one only."""
     needs_root()
-    target = f"http://127.0.0.1:{host_service}/x"
-    curl = 'curl -sS --noproxy "" -x "$http_proxy" -o /dev/null -w "%{http_code}\\n"'
-    build = f"{curl} {target}; {curl} http://169.254.169.254/latest/meta-data/"
+    port, address = host_service
+    shown = f"[{address}]" if ":" in address else address
+    target = f"http://127.0.0.1:{port}/x"
+    curl = (
+        'curl -sS --noproxy "" -x "$http_proxy" -o /dev/null '
+        '-w "%{http_code} %header{x-fetchproxy-refused}\\n"'
+    )
+    urls = [
+        target,
+        f"http://{shown}:{port}/x",
+        f"http://localhost:{port}/x",
+        "http://169.254.169.254/latest/meta-data/",
+    ]
+    build = "; ".join(f"{curl} {url}" for url in urls)
+    refused = ["403", "origin-not-allowed"]
     status, out, err = fetchproxy_in(tmp_path, "record", "--", "sh", "-c", build)
     assert status == 0, err
-    assert out.split() == ["403", "403"]
+    assert out.split() == refused * 4, out
     assert _Service.hits == 0
     log = (tmp_path / "fetchproxy.lock.log.jsonl").read_text()
     events = [json.loads(line) for line in log.splitlines()]
-    assert [(e["event"], e["reason"]) for e in events] == [("refused", "origin-not-allowed")] * 2
-    assert "2 refused by fetchproxy" in err
+    assert [(e["event"], e["reason"]) for e in events] == [("refused", "origin-not-allowed")] * 4
+    assert f"{shown}:{port} is the host's own address ({address})" in log
+    assert f"(fetchproxy config add record.allow {shown}:{port})" in log  # how to allow it
+    assert f"localhost:{port} is the host's own address (" in log
+    assert "4 refused by fetchproxy" in err
     assert len(load_lock(tmp_path / "fetchproxy.lock.toml")) == 0
 
     allowed = fetchproxy_in(
-        tmp_path, "record", "--allow-origin", f"127.0.0.1:{host_service}", "--", "sh", "-c", build
+        tmp_path, "record", "--allow-origin", f"127.0.0.1:{port}", "--", "sh", "-c", build
     )
     assert allowed[0] == 0, allowed[2]
-    assert allowed[1].split() == ["200", "403"]  # the metadata address stays refused: not named
+    assert allowed[1].split() == ["200", *refused * 3]  # the others stay refused: not named
     assert _Service.hits == 1
     assert [f.key.url for f in load_lock(tmp_path / "fetchproxy.lock.toml").fetches] == [target]
 

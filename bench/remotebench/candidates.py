@@ -4,13 +4,14 @@ Every candidate pushes blobs from a ``DiskStore`` (create-only where the client 
 pulls objects into another ``DiskStore`` through its verifying ``BlobWriter`` (hash while
 writing, fsync, publish on match), with the same concurrency. What differs is the engine:
 
-- ``fetchproxy``: the product itself (``fetchproxy.store.remote``): botocore, a thread pool,
-  If-None-Match + Content-MD5 on push, a streamed GET per blob on pull.
+- ``fetchproxy``: the product itself (``fetchproxy.store.remote``): a thread pool over its
+  own data path (``http.client``, its own SigV4 signer, the configuration from the environment
+  alone), If-None-Match + Content-MD5 on push, a streamed GET per blob on pull.
 - ``obstore``: the Rust ``object_store`` crate through obstore, asyncio with a semaphore.
   Create-only puts are single-part and, as obstore documents, held whole in memory; it has no
   Content-MD5 (only x-amz-checksum-*, which RGW 16 ignores).
-- ``aiobotocore``: botocore on aiohttp, asyncio with a semaphore, the same requests as
-  ``fetchproxy``.
+- ``aiobotocore``: botocore's client on aiohttp, asyncio with a semaphore, the same requests
+  as ``fetchproxy``.
 - ``s3transfer``: boto3's own TransferManager and thread pool (multipart above 8 MiB, ranged
   parallel GETs); it cannot write create-only, so its push overwrites, and its pull goes
   through a temp file per object (into a non-seekable writer it hangs).

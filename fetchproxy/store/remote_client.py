@@ -1,21 +1,15 @@
-"""The S3 boundary of the remote store: one bucket, reached through botocore.
+"""The S3 boundary of the remote store: one bucket.
 
 ``BucketClient`` does the five object operations the remote store needs (GET from an offset,
-HEAD, create-only PUT, list, delete) and nothing else. With ``remote_http`` (the data path:
-GET, HEAD, PUT, signed by ``sigv4``) it is the only code that touches botocore: it builds the
-client from the standard AWS configuration chain (list and delete go through it; the data
-path takes its credentials and object URL), translates every botocore, urllib3 and
-``http.client`` exception into the errors of ``remote_errors`` at this boundary, and keeps
-credentials out of messages and log records. botocore is imported when the first client is
-made, never at import time, so a replay with nothing to pull pays nothing for it.
-
-Configuration is exactly what botocore's session resolves — ``AWS_PROFILE``, ``AWS_REGION``,
-``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``, the shared config and
-credentials files, assume-role and SSO profiles, web identity tokens
-(``AWS_WEB_IDENTITY_TOKEN_FILE``, as CI systems issue them), container and instance metadata —
-and ``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL_S3``, or a profile's ``endpoint_url``) for an
-S3-compatible store. Against such an endpoint path-style addressing is the default (what
-Ceph RGW and MinIO need), unless the profile's ``s3.addressing_style`` says otherwise.
+HEAD, create-only PUT, list, delete) and nothing else. GET, HEAD and PUT — the data path, many
+small requests — go through ``remote_http`` (``http.client``, signed by ``sigv4``); list and
+delete — a few calls per gc — through botocore's client, made when first needed. Where the
+bucket is and who we are to it is resolved once, when the client is made
+(``remote_config.resolve``): from the environment alone when it says everything (then botocore
+is not imported until a list or a delete), else through botocore's session, whose client is
+then kept for list and delete. Every botocore, urllib3 and ``http.client`` exception is
+translated into the errors of ``remote_errors`` at this boundary, and credentials are kept out
+of messages and log records; a replay with nothing to pull makes no client and pays nothing.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The remote store's data path: signed GET, HEAD and PUT of one object, on ``http.client``.
 
 Moving a lock's blobs is thousands of small requests, so their cost per request decides a
-pull's speed: botocore's client spent about 1.5 ms of CPU on each (parameter handling,
-endpoint rules, event hooks, parsing), and its signer and urllib3 session alone still 1 ms
-(measured: docs/benchmarks.md). These three requests are simple, so ``ObjectRequests`` makes
-them with what they need and no more — about 0.35 ms of CPU each:
+pull's speed: botocore's client spends about 2.4 ms of CPU on each 16 KiB GET or HEAD
+(parameter handling, endpoint rules, event hooks, parsing). These three requests are simple,
+so ``ObjectRequests`` makes them with what they need and no more — about 0.4 ms of CPU each
+(``bench/remote_request_bench.py``; numbers in docs/remote-store.md, "Choosing the S3 client"):
 
 - the object URL, the region and the credentials come from :mod:`~fetchproxy.store.remote_config`
   (the AWS configuration chain; credentials refreshed as they expire). Keys are

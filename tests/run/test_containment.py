@@ -14,6 +14,8 @@ import http.server
 import importlib
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -28,6 +30,7 @@ import pytest
 
 import fetchproxy
 from fetchproxy.lock.file import load_lock
+from fetchproxy.run.engines import host_addresses
 from tests.sandbox.conftest import needs_root
 from tests.support.cli import run_fetchproxy
 from tests.support.origin import Origin, OriginPKI
@@ -170,6 +173,94 @@ def test_a_build_changes_no_file_outside_its_run(tmp_path: Path, intercept: str)
     assert (work / "built.txt").read_text() == "mine\n"  # its working directory is its own
 
 
+@pytest.fixture
+def host_dir() -> Iterator[Path]:
+    """A directory of the host's own file system outside the working directory and outside
+    ``/tmp`` (a private tmpfs in the sandbox would hide it): the build sees it through the
+    throwaway layer, as it sees ``~/.gradle`` or ``/etc``."""
+    path = Path("/var/lib") / f"fetchproxy-test-{uuid.uuid4()}"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+_WRITES = """
+echo kept > {cache}/kept.txt
+echo lost >> {other}/existing.txt
+echo lost > {other}/new.txt
+cat {other}/existing.txt {cache}/kept.txt
+"""
+
+
+@pytest.mark.parametrize("named_by", ["--writable", "[sandbox] writable"])
+def test_a_writable_path_keeps_what_the_build_writes_and_nothing_else_does(
+    tmp_path: Path, host_dir: Path, named_by: str
+) -> None:
+    """A path named by ``--writable`` or fetchproxy.toml's ``[sandbox] writable`` keeps what
+    the build writes there, in record and in replay; what it writes elsewhere outside its
+    working directory it sees during the run, and it is gone after."""
+    needs_root()
+    cache, other = host_dir / "cache", host_dir / "other"
+    cache.mkdir()
+    other.mkdir()
+    (other / "existing.txt").write_text("the host's\n")
+    build = _WRITES.format(cache=cache, other=other)
+    flags: tuple[str, ...] = ()
+    if named_by == "--writable":
+        flags = ("--writable", str(cache))
+    else:  # relative to the config file, as the docs say
+        (tmp_path / "fetchproxy.toml").write_text(
+            f'[sandbox]\nwritable = ["{os.path.relpath(cache, tmp_path)}"]\n'
+        )
+    for mode in ("record", "replay"):
+        status, out, err = fetchproxy_in(tmp_path, mode, *flags, "--", "sh", "-c", build)
+        assert status == 0, f"{mode}: {err}"
+        assert out == "the host's\nlost\nkept\n", f"{mode}: the build saw its writes"
+        assert (cache / "kept.txt").read_text() == "kept\n", mode
+        (cache / "kept.txt").unlink()  # so replay's write is seen on its own
+        assert (other / "existing.txt").read_text() == "the host's\n", mode
+        assert sorted(p.name for p in other.iterdir()) == ["existing.txt"], mode
+
+
+_HOME_PROBE = """
+ls -A "$HOME"
+echo "xdg $XDG_CACHE_HOME $XDG_CONFIG_HOME"
+mkdir -p "$XDG_CACHE_HOME/tool" && echo warm > "$XDG_CACHE_HOME/tool/cache"
+echo mine > "$HOME/.written"
+cat "$HOME/.written"
+"""
+
+
+def test_a_fresh_home_gives_the_build_an_empty_home_and_keeps_nothing_it_writes(
+    tmp_path: Path, host_dir: Path
+) -> None:
+    """``--fresh-home``: the build sees an empty ``$HOME`` (the user's warm caches out of
+    sight), its XDG directories inside it, and what it writes there is gone after the run;
+    without the flag it sees the user's home as it is."""
+    needs_root()
+    home = host_dir / "home"
+    (home / ".cache" / "pip").mkdir(parents=True)
+    (home / ".cache" / "pip" / "warm").write_text("a cached wheel\n")
+    (home / ".bashrc").write_text("# the user's own\n")
+    before = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+    status, out, err = fetchproxy_in(tmp_path, "record", "--", "sh", "-c", _HOME_PROBE, home=home)
+    assert status == 0, err
+    assert out.splitlines()[:2] == [".bashrc", ".cache"]  # the user's home, as it is
+    for mode in ("record", "replay"):
+        status, out, err = fetchproxy_in(
+            tmp_path, mode, "--fresh-home", "--", "sh", "-c", _HOME_PROBE, home=home
+        )
+        assert status == 0, f"{mode}: {err}"
+        assert out.splitlines() == [
+            f"xdg {home}/.cache {home}/.config",  # nothing listed before it: empty
+            "mine",
+        ], f"{mode}: {out}"
+        assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == before, mode
+        assert (home / ".cache" / "pip" / "warm").read_text() == "a cached wheel\n"
+
+
 # ------------------------------------------------------------------------ what record may reach
 
 
@@ -189,68 +280,95 @@ class _Service(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def own_ipv4_addresses() -> list[str]:
-    """The host's own IPv4 addresses but loopback's (which, in the sandbox, is its own)."""
-    links = json.loads(
-        subprocess.run(["ip", "-j", "-4", "addr"], check=True, capture_output=True).stdout
-    )
-    addresses = [a["local"] for link in links for a in link.get("addr_info", [])]
-    return [a for a in addresses if not a.startswith("127.")]
+def _interface_address() -> str:
+    """One of the host's own addresses that is neither loopback nor link-local (eth0's on a
+    CI machine): a service there is the host's as much as one on its loopback."""
+    for address in host_addresses():
+        if not (address.is_loopback or address.is_link_local):
+            return str(address)
+    raise AssertionError("the host has no address but loopback and link-local ones")
 
 
 @pytest.fixture
-def host_service() -> Iterator[int]:
-    """A service on every address of the host (0.0.0.0), never to be reached by a build."""
+def host_service() -> Iterator[tuple[int, str]]:
+    """The service on the host's loopback and on one of its interface addresses (the same
+    port, as a service bound to every address would be): its port and that address."""
     _Service.hits = 0
-    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), _Service)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    address = _interface_address()
+    first = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Service)
+    port = int(first.server_address[1])
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    second_class = type("Server", (http.server.ThreadingHTTPServer,), {"address_family": family})
+    servers = [first, second_class((address, port), _Service)]
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
+    for thread in threads:
+        thread.start()
     try:
-        yield int(server.server_address[1])
+        yield port, address
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+        for server, thread in zip(servers, threads, strict=True):
+            server.shutdown()
+            server.server_close()
+            thread.join()
 
 
 @pytest.mark.parametrize("intercept", ["proxy", "transparent"])
 def test_record_reaches_no_host_local_service_unless_allowed(
-    tmp_path: Path, host_service: int, intercept: str
+    tmp_path: Path, host_service: tuple[int, str], intercept: str
 ) -> None:
-    """Through the proxy, and with ``--intercept transparent`` also dialled directly: the
-    host's own addresses (the one the service listens on, and the host's others), the edge's
-    and the metadata address are refused, and the service hears nothing."""
+    """The host's loopback, one of its interface addresses, a name that resolves to loopback
+    (checked on the address connected to, after DNS) and the cloud metadata address are
+    refused with 403 and ``x-fetchproxy-refused: origin-not-allowed``; naming one origin
+    exactly allows that one only. With ``--intercept transparent`` the interface address, the
+    metadata address and the edge's are also dialled directly, and refused alike."""
     needs_root()
     fetchproxy_in = functools.partial(_fetchproxy_with, ("--intercept", intercept))
-    target = f"http://127.0.0.1:{host_service}/x"
-    curl = 'curl -sS --noproxy "" -x "$http_proxy" -o /dev/null -w "%{http_code}\\n"'
-    build = f"{curl} {target}; {curl} http://169.254.169.254/latest/meta-data/"
+    port, address = host_service
+    shown = f"[{address}]" if ":" in address else address
+    target = f"http://127.0.0.1:{port}/x"
+    curl = (
+        'curl -sS --noproxy "" -x "$http_proxy" -o /dev/null '
+        '-w "%{http_code} %header{x-fetchproxy-refused}\\n"'
+    )
+    urls = [
+        target,
+        f"http://{shown}:{port}/x",
+        f"http://localhost:{port}/x",
+        "http://169.254.169.254/latest/meta-data/",
+    ]
+    build = "; ".join(f"{curl} {url}" for url in urls)
     direct: list[str] = []
     if intercept == "transparent":
-        plain = 'curl -sS --noproxy "*" -o /dev/null -w "%{http_code}\\n"'
+        plain = curl.replace('--noproxy "" -x "$http_proxy"', '--noproxy "*"')
         direct = [
-            *(f"http://{address}:{host_service}/x" for address in own_ipv4_addresses()),
+            f"http://{shown}:{port}/x",
             "http://169.254.169.254/latest/meta-data/",
             "http://169.254.77.1:9/",
         ]
         build += "".join(f"; {plain} {url}" for url in direct)
+    refused = ["403", "origin-not-allowed"]
+    count = len(urls) + len(direct)
     status, out, err = fetchproxy_in(tmp_path, "record", "--", "sh", "-c", build)
     assert status == 0, err
-    assert out.split() == ["403"] * (2 + len(direct))
+    assert out.split() == refused * count, out
     assert _Service.hits == 0
     log = (tmp_path / "fetchproxy.lock.log.jsonl").read_text()
     events = [json.loads(line) for line in log.splitlines()]
-    refused = [("refused", "origin-not-allowed")] * (2 + len(direct))
-    assert [(e["event"], e["reason"]) for e in events] == refused
-    assert f"{2 + len(direct)} refused by fetchproxy" in err
+    assert [(e["event"], e["reason"]) for e in events] == [
+        ("refused", "origin-not-allowed")
+    ] * count
+    assert f"{shown}:{port} is the host's own address ({address})" in log
+    assert f"(fetchproxy config add record.allow {shown}:{port})" in log  # how to allow it
+    assert f"localhost:{port} is the host's own address (" in log
+    assert f"{count} refused by fetchproxy" in err
     assert len(load_lock(tmp_path / "fetchproxy.lock.toml")) == 0
 
     allowed = fetchproxy_in(
-        tmp_path, "record", "--allow-origin", f"127.0.0.1:{host_service}", "--", "sh", "-c", build
+        tmp_path, "record", "--allow-origin", f"127.0.0.1:{port}", "--", "sh", "-c", build
     )
     assert allowed[0] == 0, allowed[2]
-    # the metadata address stays refused: not named; so do the host's others
-    assert allowed[1].split() == ["200", "403"] + ["403"] * len(direct)
+    # the others stay refused: not named
+    assert allowed[1].split() == ["200", *refused * (count - 1)]
     assert _Service.hits == 1
     assert [f.key.url for f in load_lock(tmp_path / "fetchproxy.lock.toml").fetches] == [target]
 

@@ -16,7 +16,7 @@ from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.eventlog import UNUSED, USED, EventLog, default_log_path
 from fetchproxy.lock.file import load_lock
 from fetchproxy.lock.model import Fetch, Lock
-from fetchproxy.replay.decisions import NOT_HTTP, nearest
+from fetchproxy.replay.decisions import NOT_HTTP, accept_hint, nearest
 from fetchproxy.store import Store
 
 logger = logging.getLogger("fetchproxy.replay")
@@ -63,6 +63,9 @@ class ReplayBook:
         self.used: set[RequestKey] = set()
         self.refused: list[RequestKey] = []
         """The first refused requests, for the summary (all of them are in the event log)."""
+        self.hints: dict[RequestKey, str] = {}
+        """What to do about a refused request, where the lock shows it (its nearest entry
+        differs only in ``accept``)."""
         self.refused_unkeyed = 0
         """Refusals of what had no key: invalid requests, non-HTTP traffic."""
         self._closed = False
@@ -96,12 +99,16 @@ class ReplayBook:
         self.stats.refused += 1
         if len(self.refused) < SHOWN_REFUSALS:
             self.refused.append(key)
+        hint: str | None = None
         if self.lock.lookup(key) is not None:
             self.used.add(key)
             near = None
         else:
             near = nearest(self.lock, key)
-        self.events.refused(key, reason=reason, nearest=near, error=error)
+            hint = accept_hint(key, near)
+        if hint is not None:
+            self.hints.setdefault(key, hint)
+        self.events.refused(key, reason=reason, nearest=near, hint=hint, error=error)
 
     def revoke(
         self, key: RequestKey, body_bytes: int, *, reason: str, error: str | None = None

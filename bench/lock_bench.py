@@ -5,7 +5,7 @@
 Prints the median of ``--repeat`` runs for: load (fetchproxy's reader, fast path), render +
 atomic write, tomllib parsing the same file, and tomlkit parse/dump on a tenth of the entries
 (tomlkit is far too slow for the full file; its per-entry rate is what the table shows).
-Issue 2's target: a 100,000-entry lock loads in under 1 s and writes in under 1 s.
+The target: a 100,000-entry lock loads in under 1 s and writes in under 1 s.
 """
 
 from __future__ import annotations

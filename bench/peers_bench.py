@@ -1,7 +1,7 @@
-"""fetchproxy against the tools people would pick instead, side by side in one run (issue 6).
+"""fetchproxy against the tools people would pick instead, side by side in one run.
 
     python bench/peers_bench.py              # quick (the default): 100 MB body, 3 rounds, ~3-4 min
-    python bench/peers_bench.py --full       # issue 6's sizes: a 500 MB body, 5 rounds
+    python bench/peers_bench.py --full       # the full sizes: a 500 MB body, 5 rounds
     python bench/peers_bench.py --only hits --only start --rounds 5
 
 Systems, each recording the same origin once and then replaying it (see proxybench/peers.py):
@@ -20,7 +20,7 @@ mode: fetchproxy record against mitmdump's streaming pass-through on (a) and (b)
 Everything runs on 127.0.0.1 in processes started and stopped by PID; the work directory (npm
 packages, files, recordings, logs) is removed at the end unless ``--keep``. Numbers are medians
 over ``--rounds`` rounds with the systems interleaved; each ratio compares with fetchproxy in the
-same round. Markdown tables and one verdict per target of issue 6 go to stdout, progress to
+same round. Markdown tables and one verdict per target against peers go to stdout, progress to
 stderr. Results and method: docs/benchmarks.md, "Against peers".
 """
 
@@ -55,7 +55,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description="fetchproxy against mitmdump, proxay, talkback and nginx (see the docstring)."
     )
     add = parser.add_argument
-    add("--full", action="store_true", help="issue 6's sizes: --large 500MB --rounds 5")
+    add("--full", action="store_true", help="the full sizes: --large 500MB --rounds 5")
     add("--quick", action="store_true", help="the default: --large 100MB --rounds 3")
     add("--rounds", type=int, help="rounds per measurement (quick 3, full 5)")
     add("--requests", type=int, default=2000, help="1 KiB requests per measurement of (a)")
@@ -154,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"(b) bodies: {', '.join(human(body.size) for body in bodies)}")
     print("\n".join(out.lines))
     if out.targets:
-        print("\n### Targets of issue 6\n")
+        print("\n### Targets against peers\n")
         print("\n".join(out.targets))
     return 0
 

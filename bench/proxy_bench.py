@@ -1,7 +1,7 @@
 """Measure fetchproxy's proxy against mitmproxy's own limits, side by side in one run.
 
     python bench/proxy_bench.py            # quick: about 2 minutes on 2 CPUs
-    python bench/proxy_bench.py --full     # issue 3's sizes: 200 MB, 1 GiB, 20,000 hits (~8 min)
+    python bench/proxy_bench.py --full     # the full sizes: 200 MB, 1 GiB, 20,000 hits (~8 min)
     python bench/proxy_bench.py --only large --only legs --large 500MB
 
 Everything runs on 127.0.0.1 in processes this script starts and stops by PID: an HTTPS origin
@@ -10,7 +10,7 @@ serve record|replay`` and ``mitmdump``. Every proxy presents certificates of one
 has its own, which the proxies trust upstream. Numbers are medians over ``--rounds`` rounds;
 ratios compare with the reference measured in the same round (median of per-round ratios).
 Proxy CPU seconds come from ``/proc/PID/stat`` and are less sensitive to other load than req/s.
-The report (Markdown tables, then one verdict per target of issue 3) goes to stdout, progress
+The report (Markdown tables, then one verdict per speed target) goes to stdout, progress
 to stderr. See docs/benchmarks.md for the method and the numbers.
 
 1. ``small``: 1 KiB HTTPS hits, 32 keep-alive connections through CONNECT (an asyncio client):
@@ -71,7 +71,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]
     add(
         "--full",
         action="store_true",
-        help="issue 3's sizes: --large 200MB --huge 1GiB "
+        help="the full sizes: --large 200MB --huge 1GiB "
         "--requests 20000 --rounds 5 --duration 5, HTTP/2 in table 3 too",
     )
     add("--rounds", type=int, help="rounds per measurement (quick 3, full 5)")
@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(header)
     print("\n".join(out.lines))
     if out.targets:
-        print("\n### Targets of issue 3\n")
+        print("\n### Targets\n")
         print("\n".join(out.targets))
     return 0
 

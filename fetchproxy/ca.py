@@ -8,7 +8,8 @@ temporary directory and is removed with it.
 mitmproxy reads a CA from its confdir as ``mitmproxy-ca.pem`` (key, then certificate); the
 certificate alone is written beside it as ``fetchproxy-ca.pem`` for clients.
 :func:`system_trust_bundle` reads the system's CA certificates: a build trusts them and the run's
-CA; the recorder trusts them, certifi's and any ``--upstream-ca`` upstream.
+CA; the recorder (and ``store fetch``) trusts them, certifi's and any ``--upstream-ca`` upstream
+(:func:`upstream_trust`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import datetime
 import ipaddress
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -229,3 +230,21 @@ def system_trust_bundle() -> bytes:
         if candidate and Path(candidate).is_file():
             return Path(candidate).read_bytes()
     return b""
+
+
+def upstream_trust(extra: Sequence[Path] = ()) -> bytes:
+    """What record trusts upstream, as one PEM bundle: certifi's and the system's CA
+    certificates, then each file of ``extra`` (``--upstream-ca``). ``store fetch`` verifies
+    origins against the same bundle."""
+    import certifi  # noqa: PLC0415 -- only who talks to origins needs it
+
+    parts = [Path(certifi.where()).read_bytes()]
+    system = system_trust_bundle()
+    if system:
+        parts.append(system)
+    for path in extra:
+        try:
+            parts.append(path.read_bytes())
+        except OSError as exc:
+            raise CAError(f"{path}: cannot read --upstream-ca: {exc.strerror}") from None
+    return b"\n".join(parts)

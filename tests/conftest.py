@@ -6,6 +6,7 @@ The helpers they are built from live in :mod:`tests.support`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import warnings
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ with warnings.catch_warnings():
     import mitmproxy.master  # noqa: F401 -- imported here once, under the filter above
 
 from fetchproxy.ca import generate_ca
+from fetchproxy.cli import _StderrHandler as cli_stderr_handler
 from fetchproxy.run.settings import Mode, ProxySettings
 from fetchproxy.store import DiskStore
 from tests.support.origin import Origin, OriginPKI, make_pki, standard_site
@@ -49,6 +51,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     TLS handshake; with warnings as errors that would break the proxy mid-test."""
     for item in items:
         item.add_marker(pytest.mark.filterwarnings("ignore::DeprecationWarning:mitmproxy"))
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A test that runs the CLI in-process gets its stderr handler on the root logger; put the
+    logging set-up back afterwards, or every later test would also print its records to
+    stderr (and a test of what the CLI prints would depend on which tests ran before it)."""
+    root, ours = logging.getLogger(), logging.getLogger("fetchproxy")
+    level, our_level = root.level, ours.level
+    yield
+    # pytest adds and removes its own capture handlers around each phase: only the CLI's go
+    root.handlers[:] = [h for h in root.handlers if not isinstance(h, cli_stderr_handler)]
+    root.setLevel(level)
+    ours.setLevel(our_level)
 
 
 @pytest.fixture(scope="session")

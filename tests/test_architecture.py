@@ -4,7 +4,9 @@ every module is on the map, and the addons run in a stock mitmdump as mitmproxy'
 from __future__ import annotations
 
 import ast
+import importlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -158,3 +160,39 @@ def _listening_port(pid: int, timeout: float = 30.0) -> int:
                 return int(fields[1].rpartition(":")[2], 16)
         time.sleep(0.05)
     raise AssertionError(f"process {pid} did not listen within {timeout} s")
+
+
+def test_the_docs_name_only_modules_that_exist() -> None:
+    """Every module path (``fetchproxy/…py``, ``addons/…py``) and every ``from fetchproxy…
+    import`` in the README and docs/ names code that is there: a move cannot leave a stale map."""
+    stale: list[str] = []
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            paths = re.findall(r"\b((?:fetchproxy|addons)/[\w/]*\w\.py)\b", line)
+            stale.extend(f"{doc.name}:{number}: {p}" for p in paths if not (REPO / p).is_file())
+            for module, names in re.findall(r"^from (fetchproxy[\w.]*) import (.+)$", line):
+                try:
+                    loaded = importlib.import_module(module)
+                except ImportError:
+                    stale.append(f"{doc.name}:{number}: {module}")
+                    continue
+                missing = [n for n in re.split(r"[,\s()]+", names) if n and not hasattr(loaded, n)]
+                stale.extend(f"{doc.name}:{number}: {module}.{n}" for n in missing)
+    assert stale == []
+
+
+def test_nothing_refers_to_issue_numbers() -> None:
+    """Issue numbers mean nothing to a reader of the repository: the text says what and why."""
+    pattern = re.compile(r"\bissues? ?#?\d+\b|\bissue \d+'s\b", re.IGNORECASE)
+    roots = ["README.md", "docs", "fetchproxy", "addons", "tests", "bench", ".ci"]
+    found = []
+    for root in roots:
+        paths = [REPO / root] if (REPO / root).is_file() else sorted((REPO / root).rglob("*"))
+        for path in paths:
+            if path.suffix not in {".py", ".md", ".sh", ".toml", ""} or not path.is_file():
+                continue
+            if "__pycache__" in path.parts or path.is_symlink():
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            found += [f"{path.relative_to(REPO)}: {m}" for m in pattern.findall(text)]
+    assert found == []

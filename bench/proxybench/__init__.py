@@ -13,7 +13,7 @@
   scripts (the ceiling; a fixed protocol to the origin); :mod:`proxybench.static_origin` is the
   origin used without nginx.
 
-``bench/peers_bench.py`` (fetchproxy against its peers, issue 6) reuses them and adds:
+``bench/peers_bench.py`` (fetchproxy against its peers) reuses them and adds:
 
 - :mod:`proxybench.peers`: the contenders (fetchproxy replay, mitmdump --server-replay, proxay and
   talkback installed with npm and run by ``node_peers.js``, nginx) and how each records and serves.

@@ -1,4 +1,4 @@
-"""Record mode: fetchproxy record against mitmdump's streaming pass-through (issue 6).
+"""Record mode: fetchproxy record against mitmdump's streaming pass-through.
 
 The 1 KiB hits of (a) on long-lived processes, then each body in fresh processes (their
 ``VmHWM`` is the peak RSS while recording it). Ratios are to mitmdump in the same round.

@@ -103,7 +103,7 @@ def machine_busy(found: dict[str, Series]) -> str:
 
 @dataclass
 class Report:
-    """The tables, and one verdict line per target of issue 3."""
+    """The tables, and one verdict line per speed target."""
 
     lines: list[str] = field(default_factory=list)
     targets: list[str] = field(default_factory=list)

@@ -1,4 +1,4 @@
-"""The workloads of ``bench/peers_bench.py``, every contender side by side (issue 6).
+"""The workloads of ``bench/peers_bench.py``, every contender side by side.
 
 - :func:`bench_hits` (a): ``--requests`` 1 KiB GETs over HTTPS on ``--connections`` keep-alive
   connections, timed from the first request to the last answer.

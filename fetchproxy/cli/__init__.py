@@ -54,13 +54,62 @@ COMMANDS: tuple[Command, ...] = (
     Command(("lock", "verify"), "check that every entry's body is in the store and intact", "lock"),
     Command(("lock", "fmt"), "rewrite a lock in canonical form (e.g. after a merge)", "lock"),
     Command(
+        ("lock", "merge"),
+        "merge two locks entry by entry (git's merge driver: BASE OURS THEIRS)",
+        "merge",
+    ),
+    Command(
         ("lock", "recover"), "write the lock from the journal of an interrupted record", "lock"
     ),
-    Command(("store", "gc"), "remove the blobs no given lock uses, and stale temp files", "store"),
+    Command(
+        ("lock", "digest"),
+        "print a lock's fetch-set digest (what an exact replay of it prints)",
+        "provenance",
+    ),
+    Command(
+        ("lock", "sbom"),
+        "a CycloneDX or SPDX SBOM of what a lock fetches, or of what a replay served",
+        "provenance",
+    ),
+    Command(
+        ("attest", "verify"),
+        "check an attestation's signature, and that its statement matches the lock",
+        "attest",
+    ),
+    Command(
+        ("attest", "sign"),
+        "sign a statement `replay --attest` wrote, in a step the build cannot see",
+        "attest",
+    ),
+    Command(
+        ("store", "push"),
+        "upload the blobs the locks name to the remote store (create-only)",
+        "remote",
+    ),
+    Command(
+        ("store", "pull"),
+        "download the blobs the locks name that the store lacks, verified, from the remote",
+        "remote",
+    ),
+    Command(
+        ("store", "fetch"),
+        "fetch the lock's blobs again from their origins; publish only what matches the lock",
+        "fetch",
+    ),
+    Command(
+        ("store", "gc"),
+        "remove the blobs no given lock uses (from the store, or with --remote the remote's)",
+        "store",
+    ),
     Command(
         ("store", "verify"),
         "rehash every blob in the store; report (and --repair) corrupt ones",
         "store",
+    ),
+    Command(
+        ("config", "add"),
+        "add values to a setting of the project's fetchproxy.toml, keeping its comments",
+        "config",
     ),
     Command(("ca", "path"), "print the path of the CA certificate clients must trust", "ca"),
     Command(
@@ -72,7 +121,9 @@ COMMANDS: tuple[Command, ...] = (
 GROUPS: dict[str, str] = {
     "lock": "work with lock files",
     "store": "work with the content-addressed store",
+    "config": "the project's settings (fetchproxy.toml beside the lock)",
     "ca": "the CA whose certificate clients must trust for HTTPS through the proxy",
+    "attest": "attestations of what a replay served (in-toto statements, DSSE envelopes)",
 }
 """Commands that only hold subcommands, and their summaries."""
 

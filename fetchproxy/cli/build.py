@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,7 +12,9 @@ from fetchproxy.cli.options import (
     UsageError,
     add_lock,
     add_log,
+    add_remote,
     add_store,
+    chosen_remote,
     upstream_ca,
 )
 
@@ -72,6 +75,7 @@ def add_proxy_options(parser: argparse.ArgumentParser, *, mode: str) -> None:
     each help saying which mode it is for)."""
     add_lock(parser)
     add_store(parser)
+    add_remote(parser)
     add_log(parser)
     parser.add_argument("--http2", action="store_true", help=HTTP2_HELP[mode])
     if mode != "replay":
@@ -103,8 +107,22 @@ def add_proxy_options(parser: argparse.ArgumentParser, *, mode: str) -> None:
         )
 
 
+ATTEST_HELP = (
+    "when the build succeeds, write the in-toto statement of what replay served to PATH "
+    "(docs/provenance.md)"
+)
+ATTEST_KEY_HELP = (
+    "sign the statement as a DSSE envelope with this Ed25519 or ECDSA P-256 private key (PEM); "
+    "an encrypted key's passphrase is read from $FETCHPROXY_ATTEST_PASSPHRASE"
+)
+
+
 def add_arguments(parser: Parser, words: tuple[str, ...]) -> None:
     add_proxy_options(parser, mode=words[0])
+    if words[0] == "replay":
+        parser.add_argument("--attest", type=Path, metavar="PATH", help=ATTEST_HELP)
+        parser.add_argument("--attest-key", type=Path, metavar="PATH", help=ATTEST_KEY_HELP)
+        parser.check = _attest_needs_a_path
     isolation = parser.add_mutually_exclusive_group()
     isolation.add_argument(
         "--sandbox",
@@ -144,6 +162,12 @@ def add_arguments(parser: Parser, words: tuple[str, ...]) -> None:
     )
 
 
+def _attest_needs_a_path(args: argparse.Namespace) -> str | None:
+    if args.attest_key is not None and args.attest is None:
+        return "--attest-key signs the attestation: give --attest PATH too"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from fetchproxy.lock.config import config_path_for, load_config  # noqa: PLC0415
     from fetchproxy.record.rules import KEPT_HEADERS  # noqa: PLC0415
@@ -160,6 +184,11 @@ def run(args: argparse.Namespace) -> int:
         option = "--writable" if args.writable else "--fresh-home"
         raise UsageError(f"{option} shapes the sandbox's file system: it needs the sandbox")
     config = load_config(config_path_for(args.lock))
+    attester = None
+    if getattr(args, "attest", None) is not None:
+        from fetchproxy.run.attest import Attester  # noqa: PLC0415
+
+        attester = Attester.prepare(args.attest, args.attest_key, os.environ)
     request = RunRequest(
         mode=mode,
         argv=argv,
@@ -176,5 +205,7 @@ def run(args: argparse.Namespace) -> int:
         writable=(*config.writable, *args.writable),
         fresh_home=args.fresh_home,
         keep_headers=KEPT_HEADERS | frozenset(config.headers),
+        attest=attester,
+        remote=chosen_remote(args, config),
     )
     return run_build(request)

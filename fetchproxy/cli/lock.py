@@ -30,6 +30,7 @@ from fetchproxy.text import printable
 if TYPE_CHECKING:
     from fetchproxy.lock.file import LockFileError
     from fetchproxy.lock.model import Lock
+    from fetchproxy.review.diff import LockDiff
 
 _GIT_ARGS = (7, 9)  # path old-file old-hex old-mode new-file new-hex new-mode [new-path info]
 _NULL_HEX_RE = re.compile(r"0+|\.")
@@ -47,9 +48,16 @@ def add_arguments(parser: Parser, words: tuple[str, ...]) -> None:
         parser.add_argument("git_args", nargs="*", help=argparse.SUPPRESS)
         parser.add_argument(
             "--format",
-            choices=("text", "json"),
+            choices=("text", "json", "markdown"),
             default="text",
-            help="output format (default text)",
+            help="output format (default text); markdown is a pull-request comment: summary, new "
+            "hosts and content drift first, in package words where it can",
+        )
+        parser.add_argument(
+            "--packages",
+            action="store_true",
+            help="say it in package words where the URLs name packages (npm acc-right 1.0.0 → "
+            "1.1.0); a package whose version stayed but whose bytes changed is CONTENT DRIFT",
         )
         parser.add_argument(
             "--git-external-diff",
@@ -129,10 +137,10 @@ def _recover(args: argparse.Namespace) -> int:
 def _diff(args: argparse.Namespace) -> int:
     """``fetchproxy lock diff``: 0 identical, 1 different (0 as git's external diff)."""
     from fetchproxy.lock.file import load_lock  # noqa: PLC0415
-    from fetchproxy.review.diff import diff_locks, render_json, render_text  # noqa: PLC0415
+    from fetchproxy.review.diff import diff_locks  # noqa: PLC0415
 
     if args.git_external_diff:
-        return _git_external_diff([args.old, args.new, *args.git_args], args.format)
+        return _git_external_diff([args.old, args.new, *args.git_args], args)
     if args.git_args:
         raise UsageError(
             f"`fetchproxy lock diff` compares two locks, got {2 + len(args.git_args)} "
@@ -141,16 +149,52 @@ def _diff(args: argparse.Namespace) -> int:
     old = load_lock(Path(args.old), require_sorted=False)
     new = load_lock(Path(args.new), require_sorted=False)
     diff = diff_locks(old, new)
-    render = render_json if args.format == "json" else render_text
-    sys.stdout.write(render(diff, old_label=args.old, new_label=args.new))
+    sys.stdout.write(_report(args, diff, old, new, old_label=args.old, new_label=args.new))
     if diff.identical and args.format == "text":
         sys.stdout.write(_layout_note(args.old, args.new))
     return 0 if diff.identical else 1
 
 
-def _git_external_diff(argv: list[str], output_format: str) -> int:
+def _report(
+    args: argparse.Namespace,
+    diff: LockDiff,
+    old: Lock,
+    new: Lock,
+    *,
+    old_label: str,
+    new_label: str,
+) -> str:
+    """``diff`` (of ``old`` and ``new``) in the ``--format`` (and ``--packages``) asked for."""
+    from fetchproxy.review.diff import (  # noqa: PLC0415
+        json_document,
+        render_document,
+        render_json,
+        render_text,
+    )
+
+    labels = {"old_label": old_label, "new_label": new_label}
+    if args.format == "markdown" or args.packages:
+        from fetchproxy.review.markdown import render_markdown  # noqa: PLC0415
+        from fetchproxy.review.packages import (  # noqa: PLC0415
+            package_diff,
+            packages_json,
+            render_packages_text,
+        )
+
+        packages = package_diff(diff, old, new)
+        if args.format == "markdown":
+            return render_markdown(diff, packages, **labels)
+        if args.format == "json":
+            document = json_document(diff, **labels)
+            document["packages"] = packages_json(packages)
+            return render_document(document)
+        return render_packages_text(diff, packages, **labels)
+    return (render_json if args.format == "json" else render_text)(diff, **labels)
+
+
+def _git_external_diff(argv: list[str], args: argparse.Namespace) -> int:
     from fetchproxy.lock.file import LockFileError  # noqa: PLC0415
-    from fetchproxy.review.diff import diff_locks, render_json, render_text  # noqa: PLC0415
+    from fetchproxy.review.diff import diff_locks  # noqa: PLC0415
 
     if len(argv) not in _GIT_ARGS:
         raise UsageError(
@@ -169,9 +213,8 @@ def _git_external_diff(argv: list[str], output_format: str) -> int:
         sys.stdout.write(_text_diff(exc, (old_file, old_label), (new_file, new_label)))
         return 0
     diff = diff_locks(old, new)
-    render = render_json if output_format == "json" else render_text
-    sys.stdout.write(render(diff, old_label=old_label, new_label=new_label))
-    if diff.identical and output_format == "text":
+    sys.stdout.write(_report(args, diff, old, new, old_label=old_label, new_label=new_label))
+    if diff.identical and args.format == "text":
         sys.stdout.write(_layout_note(old_file, new_file))
     return 0
 

@@ -8,9 +8,14 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.store import DiskStore, open_store
+from fetchproxy.store.remote_url import RemoteURL, RemoteURLError, parse_remote_url
+
+if TYPE_CHECKING:
+    from fetchproxy.lock.config import Config
 
 DEFAULT_LOCK = "fetchproxy.lock.toml"
 LOCK_HELP = f"the lock file (default: $FETCHPROXY_LOCK or ./{DEFAULT_LOCK})"
@@ -18,6 +23,16 @@ STORE_HELP = (
     "the content-addressed store (default: $FETCHPROXY_STORE, else "
     "$XDG_CACHE_HOME/fetchproxy/store, else ~/.cache/fetchproxy/store)"
 )
+REMOTE_VAR = "FETCHPROXY_REMOTE"
+REMOTE_HELP = (
+    "the remote store the lock's blobs travel through, s3://BUCKET/PREFIX (default: "
+    f"${REMOTE_VAR}, else fetchproxy.toml's [store] remote); endpoint, region and credentials "
+    "come from the AWS configuration (AWS_ENDPOINT_URL, AWS_PROFILE, ...), see "
+    "docs/remote-store.md"
+)
+CONFIGURED = True
+"""``store gc --remote`` without a URL (not a string: argparse would parse that as a URL): the
+remote the environment or fetchproxy.toml names."""
 _DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -84,6 +99,60 @@ def add_log(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_remote(
+    parser: argparse.ArgumentParser, *, bare: str | None = None, negatable: bool = True
+) -> None:
+    """``--remote s3://BUCKET/PREFIX`` (and ``--no-remote`` when ``negatable``), for every
+    command that touches the store. With ``bare`` (its help), ``--remote`` may also stand
+    alone, for the configured one."""
+    group = parser.add_mutually_exclusive_group() if negatable else parser
+    if bare is None:
+        group.add_argument(
+            "--remote",
+            type=remote_url,
+            default=None,
+            metavar="s3://BUCKET/PREFIX",
+            help=REMOTE_HELP,
+        )
+    else:
+        group.add_argument(
+            "--remote",
+            type=remote_url,
+            nargs="?",
+            const=CONFIGURED,
+            default=None,
+            metavar="s3://BUCKET/PREFIX",
+            help=bare,
+        )
+    if negatable:
+        group.add_argument(
+            "--no-remote",
+            action="store_true",
+            help=f"use no remote store, even if ${REMOTE_VAR} or fetchproxy.toml names one",
+        )
+
+
+def chosen_remote(args: argparse.Namespace, *configs: Config) -> RemoteURL | None:
+    """The remote a command uses: ``--remote``, else ``$FETCHPROXY_REMOTE``, else the
+    ``[store] remote`` of ``configs`` (which must agree); ``None`` with ``--no-remote``."""
+    if getattr(args, "no_remote", False):
+        return None
+    given = getattr(args, "remote", None)
+    if isinstance(given, RemoteURL):
+        return given
+    value = os.environ.get(REMOTE_VAR, "")
+    if value:
+        return parse_remote_url(value, source=f"${REMOTE_VAR}")
+    named = {config.remote: config.path for config in configs if config.remote is not None}
+    if len(named) > 1:
+        shown = "; ".join(f"{path}: {remote}" for remote, path in named.items())
+        raise UsageError(
+            f"the locks' fetchproxy.toml files name different remote stores ({shown}): give "
+            "--remote to choose one"
+        )
+    return next(iter(named), None)
+
+
 def existing_store(root: Path | None, *, why: str) -> DiskStore:
     """The store at ``root`` (``--store``, else the default), which must exist: a mistyped path
     is an error, never an empty store. ``why`` ends the message: who needs it and for what."""
@@ -130,6 +199,14 @@ def upstream_ca(value: str) -> Path:
                 f"{value}: no PEM certificate in it (give the CA certificate of the origin)"
             ) from None
     return path
+
+
+def remote_url(value: str) -> RemoteURL:
+    """``--remote s3://BUCKET/PREFIX``."""
+    try:
+        return parse_remote_url(value)
+    except RemoteURLError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--remote: ")) from None
 
 
 def duration(text: str) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from fetchproxy.cli.build import add_proxy_options, config_origins
-from fetchproxy.cli.options import Parser, listen_address
+from fetchproxy.cli.options import Parser, chosen_remote, listen_address
 
 _MODE_OPTIONS = (
     ("keep", "--keep", "record"),
@@ -70,5 +70,6 @@ def run(args: argparse.Namespace) -> int:
         rules=config.rules,
         origins=OriginPolicy.of((*config_origins(config), *args.allow_origin), guard_host=False),
         keep_headers=KEPT_HEADERS | frozenset(config.headers),
+        remote=chosen_remote(args, config),
     )
     return serve(settings)

@@ -19,6 +19,11 @@ command-line flags that one CI job could forget::
     # paths the build may write that outlive the run (relative to this file, or ~/...)
     writable = ["~/.cache/pip"]
 
+    [store]
+    # the remote store the lock's blobs travel through (docs/remote-store.md); credentials
+    # come from the AWS configuration, never from here
+    remote = "s3://my-bucket/fetchproxy"
+
 The file is looked up beside the lock. Unknown tables and keys are refused with the file and
 line, so a typo cannot silently leave a secret in a lock or an origin open. Every table, key
 and type is in :data:`SETTINGS`, the one list the loader and the docs go by.
@@ -37,6 +42,7 @@ from fetchproxy.keys.patterns import URLPattern, URLPatternError
 from fetchproxy.keys.rules import KeyRules
 from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS
 from fetchproxy.lock.model import NEVER_KEPT
+from fetchproxy.store.remote_url import RemoteURL, RemoteURLError, parse_remote_url
 
 _HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9a-z-]+")
 
@@ -53,6 +59,8 @@ class Setting:
     key: str
     example: str
     """What a good value looks like, for the message when one is not."""
+    many: bool = True
+    """A list of non-empty strings (else one non-empty string)."""
 
 
 SETTINGS = (
@@ -61,8 +69,9 @@ SETTINGS = (
     Setting("record", "allow", '["files.example.org", "*.example.net:8443"]'),
     Setting("record", "headers", '["etag", "last-modified"]'),
     Setting("sandbox", "writable", '["~/.cache/pip", "build-cache"]'),
+    Setting("store", "remote", '"s3://my-bucket/fetchproxy"', many=False),
 )
-"""Every setting: a list of non-empty strings each, in table ``table``."""
+"""Every setting, in table ``table``: a list of non-empty strings, or one (``many=False``)."""
 _TABLES = tuple(dict.fromkeys(s.table for s in SETTINGS))
 
 
@@ -78,6 +87,8 @@ class Config:
     """``[record] headers``: response headers to keep beyond the built-in ones (lowercase)."""
     writable: tuple[Path, ...] = ()
     """``[sandbox] writable``: absolute paths the build may write that outlive the run."""
+    remote: RemoteURL | None = None
+    """``[store] remote``: the remote store the lock's blobs travel through."""
     path: Path | None = None
 
     @property
@@ -131,13 +142,27 @@ def parse_config(text: str, *, path: Path) -> Config:
                     f"{path}:{line_of(table_name, key)}: {table_name}.{key}: unknown setting — "
                     f"the settings of [{table_name}] are {', '.join(s.key for s in known)}"
                 )
-            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            if setting.many:
+                good = isinstance(value, list) and all(isinstance(v, str) and v for v in value)
+                strings = value
+            else:
+                good = isinstance(value, str) and bool(value)
+                strings = [value]
+            if not good:
+                kind = "a list of non-empty strings" if setting.many else "a non-empty string"
                 raise ConfigError(
-                    f"{path}:{line_of(table_name, key)}: {table_name}.{key}: must be a list of "
-                    f"non-empty strings, e.g. {setting.example}"
+                    f"{path}:{line_of(table_name, key)}: {table_name}.{key}: must be {kind}, "
+                    f"e.g. {setting.example}"
                 )
-            values[f"{table_name}.{key}"] = tuple(value)
+            values[f"{table_name}.{key}"] = tuple(strings)
     base = path.parent
+    remote = None
+    if "store.remote" in values:
+        where = f"{path}:{line_of('store', 'remote')}: store.remote"
+        try:
+            remote = parse_remote_url(values["store.remote"][0], source=where)
+        except RemoteURLError as exc:
+            raise ConfigError(str(exc)) from None
     return Config(
         secret_params=DEFAULT_SECRET_PARAMS | frozenset(values.get("fetchproxy.secret-params", ())),
         accept_selects_nothing=_patterns(
@@ -146,6 +171,7 @@ def parse_config(text: str, *, path: Path) -> Config:
         allow=values.get("record.allow", ()),
         headers=_headers(values.get("record.headers", ()), path, line_of),
         writable=tuple(_path(base, p) for p in values.get("sandbox.writable", ())),
+        remote=remote,
         path=path,
     )
 

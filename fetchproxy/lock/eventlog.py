@@ -33,6 +33,9 @@ UNUSED: Final = "unused"
 """Replay, at the end: a lock entry no request asked for."""
 USED: Final = "used"
 """Replay, at the end: a lock entry that was served (``digest``, ``size``)."""
+FETCH_SET: Final = "fetch-set"
+"""Replay, last of all: what the run served as a whole (``key`` null; ``digest``: the fetch-set
+digest of the ``used`` entries, ``entries``: how many, ``exact``, ``refused``, ``sandbox``)."""
 UNSTORED: Final = "unstored"
 """Record: an answer the client got but the store could not keep (``error``)."""
 FAILED: Final = "failed"
@@ -41,7 +44,7 @@ DRIFT_IN_RUN: Final = "drift-in-run"
 """Record: one request answered with different bytes within one run."""
 HEADERS_NOT_KEPT: Final = "headers-not-kept"
 """Record: an answer locked without headers whose values are not clean text (``headers``)."""
-EVENTS: Final = (REFUSED, UNUSED, USED, UNSTORED, FAILED, DRIFT_IN_RUN, HEADERS_NOT_KEPT)
+EVENTS: Final = (REFUSED, UNUSED, USED, FETCH_SET, UNSTORED, FAILED, DRIFT_IN_RUN, HEADERS_NOT_KEPT)
 
 
 def default_log_path(lock_path: Path) -> Path:

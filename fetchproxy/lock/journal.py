@@ -74,10 +74,12 @@ class Journal:
         self._closed = True
         made = self._file is not None
         if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            try:
+                file.flush()
+                os.fsync(file.fileno())
+            finally:  # a full disk fails the flush: the file is let go all the same
+                file.close()
         if remove or (made and not self.appended):
             self.path.unlink(missing_ok=True)
 

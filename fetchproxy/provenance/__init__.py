@@ -12,7 +12,14 @@ and answer; ``entry.py`` alone knows the lock model (one adapter, :func:`entry_f
 - ``statement.py``: the in-toto Statement a replay writes (predicate
   ``https://fetchproxy.dev/fetch-set/v1``) and the check ``attest verify`` makes against a lock.
 - ``dsse.py``: DSSE envelopes signed and verified with Ed25519 or ECDSA P-256 keys.
+- ``attestation.py``: ``attest verify``'s decision: an envelope (or a bare statement) checked
+  against a lock, bad input told apart from an attestation that does not hold.
 - ``sbom.py``: CycloneDX 1.6 and SPDX 2.3 documents, one component per fetched file.
+- ``servedlog.py``: what a replay served, read back from its event log (``lock sbom --served``).
+
+What uses them: the replay book (the fetch-set digest at a replay's end), ``run/attest.py``
+(``replay --attest``), ``review/packages.py`` (the package view of a lock diff) and the commands
+in ``cli/provenance.py`` and ``cli/attest.py``.
 
 Where a decision is made (the predicate, how metadata is marked, the fetch-set construction),
 ``docs/provenance.md`` says why.

@@ -88,19 +88,27 @@ class Envelope:
 # ------------------------------------------------------------------------------------- keys
 
 
-def load_private_key(pem: bytes, *, password: bytes | None = None, source: str) -> PrivateKey:
-    """The signing key in ``pem``; ``source`` (a path) names it in errors."""
+def load_private_key(
+    pem: bytes, *, password: bytes | None = None, source: str, password_from: str | None = None
+) -> PrivateKey:
+    """The signing key in ``pem``; ``source`` (a path) names it in errors, and
+    ``password_from`` where its passphrase is given (an environment variable's name)."""
+    where = "" if password_from is None else f" ({password_from})"
     try:
         key = serialization.load_pem_private_key(pem, password=password)
     except TypeError:
         if password is None:
             raise KeyFileError(
-                f"{source}: the private key is encrypted — give its passphrase"
+                f"{source}: the private key is encrypted — give its passphrase{where}"
             ) from None
         raise KeyFileError(
-            f"{source}: the private key is not encrypted — give no passphrase"
+            f"{source}: the private key is not encrypted — give no passphrase{where}"
         ) from None
     except ValueError:
+        if password is not None and (b"ENCRYPTED" in pem):
+            raise KeyFileError(
+                f"{source}: the passphrase is wrong{where}: the private key does not decrypt"
+            ) from None
         hint = "the passphrase is wrong, or " if password is not None else ""
         raise KeyFileError(
             f"{source}: not a PEM private key ({hint}the file holds something else) — {_FIX_KEY}"

@@ -15,6 +15,7 @@ these bytes from ever meaning anything else, and names the version of the constr
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Final
 
@@ -23,7 +24,7 @@ import blake3
 from fetchproxy.digest import PREFIX, Digest
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.provenance.entry import Entry
-from fetchproxy.provenance.jcs import canonical_json
+from fetchproxy.provenance.jcs import CanonicalJSONError
 
 TAG: Final = b"fetchproxy fetch-set v1\n"
 """What the hashed bytes start with: the construction's name and version."""
@@ -48,7 +49,41 @@ def entry_object(entry: Entry) -> dict[str, object]:
 
 def entry_line(entry: Entry) -> bytes:
     """The canonical bytes of one entry, without the newline."""
-    return canonical_json(entry_object(entry))
+    return _canonical(entry_object(entry))
+
+
+_ENCODER: Final = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
+def _canonical(value: dict[str, object]) -> bytes:
+    """RFC 8785 bytes of an entry's object or key, by the C JSON encoder (a replay of a large
+    lock computes this once per entry).
+
+    For these values it writes what :func:`~fetchproxy.provenance.jcs.canonical_json` does:
+    member names are fixed ASCII field names (so code-point order is UTF-16 order), numbers are
+    integers an :class:`Entry` keeps within 2**53-1, and ``ensure_ascii=False`` escapes exactly
+    the characters JSON must (``"``, ``\\``, controls; ``\b \f \n \r \t`` short), in
+    lowercase hex. A lone surrogate, which is not Unicode, fails to encode as UTF-8 and is
+    refused as ``canonical_json`` refuses it. ``tests/provenance/test_fetchset.py`` holds the
+    two to the same bytes.
+    """
+    text = _ENCODER.encode(value)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CanonicalJSONError("a string holds a lone surrogate, which is not Unicode") from None
+
+
+def key_line(entry: Entry) -> bytes:
+    """The canonical bytes of an entry's key: what tells two requests apart."""
+    return canonical_key(entry.key_fields())
+
+
+def canonical_key(fields: dict[str, str]) -> bytes:
+    """The canonical bytes of a key spelled as the lock and the event log spell it."""
+    return _canonical(dict(fields))
 
 
 def fetch_set_lines(entries: Iterable[Entry]) -> list[bytes]:
@@ -57,9 +92,9 @@ def fetch_set_lines(entries: Iterable[Entry]) -> list[bytes]:
     Raise :class:`ConflictingAnswersError` when two entries have one key and different
     answers: a set of fetches holds one answer per request.
     """
-    by_key: dict[bytes, tuple[Entry, bytes]] = {}
+    by_key: dict[tuple[str | None, ...], tuple[Entry, bytes]] = {}
     for entry in entries:
-        key = canonical_json(entry.key_fields())
+        key = (entry.method, entry.url, entry.accept, entry.git_protocol, entry.body_digest)
         line = entry_line(entry)
         seen = by_key.get(key)
         if seen is None:

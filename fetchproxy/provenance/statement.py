@@ -337,11 +337,20 @@ def statement_problems(
         request = f"{entry.method} {entry.url}"
         if recorded is None:
             problems.append(f"{request}: served, but the lock has no such entry")
+        elif (recorded.status, recorded.digest, recorded.size) == (
+            entry.status,
+            entry.digest,
+            entry.size,
+        ) and recorded != entry:
+            problems.append(
+                f"{request}: served with the headers {_headers_text(entry)}, but the lock "
+                f"answers with {_headers_text(recorded)}"
+            )
         elif recorded != entry:
             problems.append(
                 f"{request}: served {entry.status} {entry.digest}, but the lock answers "
                 f"{recorded.status} {recorded.digest}"
-                + ("" if recorded.headers == entry.headers else " (or other headers)")
+                + ("" if recorded.headers == entry.headers else " (and other headers)")
             )
     if statement.run.exact:
         unused = len(set(in_lock) - {canonical_json(e.key_fields()) for e in statement.entries})
@@ -351,3 +360,8 @@ def statement_problems(
                 "those served"
             )
     return problems
+
+
+def _headers_text(entry: Entry) -> str:
+    """``content-type: text/plain; location: …``, or ``none``."""
+    return "; ".join(f"{name}: {value}" for name, value in entry.headers) or "none"

@@ -11,6 +11,10 @@ and :func:`recover` turns a journal left behind into the lock.
 
 A fresh record (the default, like ``cargo update``) writes exactly what the run fetched; with
 ``keep`` (``record --keep``) requests the lock holds are answered from it and the rest added.
+
+With a remote store, a :class:`BlobUpload` is one more check before the run and one more step
+before the lock is written: every blob the lock names is uploaded first, and a failed upload
+keeps the lock as it was (and the journal), like a lost answer.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import logging
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.files import WriteError, check_writable, write_error
@@ -49,6 +54,17 @@ logger = logging.getLogger("fetchproxy.record")
 
 class RecordStartError(FetchproxyError, OSError):
     """A record that must not start: what it would write cannot be written, or must not be."""
+
+
+class BlobUpload(Protocol):
+    """Where a record's blobs go before its lock is written (the remote store)."""
+
+    def check(self) -> None:
+        """Raise a ``FetchproxyError`` unless uploads can be made (before the run starts)."""
+
+    def upload(self, lock: Lock, lock_path: Path) -> str:
+        """Upload every blob ``lock`` names; a summary line. ``StoreError`` if any failed (its
+        first line says what, the next ones which blobs and why)."""
 
 
 @dataclass(slots=True)
@@ -87,16 +103,28 @@ class RecordResult:
     changed_meanwhile: bool = False
     """The lock left as it was by fetchproxy changed during the run all the same (by someone
     else: a record never lets the build change it)."""
+    detail: str | None = None
+    """More lines about ``reason`` (which blobs could not be uploaded, and why)."""
+    uploaded: str | None = None
+    """What the upload before the lock was written did (a summary line), if there was one."""
 
 
 class RecordBook:
     """One record run's books. Make it with :meth:`open`; end it with :meth:`finish`."""
 
     def __init__(
-        self, lock_path: Path, *, keep: bool, previous: Lock | None, events: EventLog
+        self,
+        lock_path: Path,
+        *,
+        keep: bool,
+        previous: Lock | None,
+        events: EventLog,
+        upload: BlobUpload | None = None,
     ) -> None:
         self.lock_path = lock_path
         self.keep = keep
+        self.upload = upload
+        """Uploads the lock's blobs before it is written (a remote store), if any."""
         self.previous = previous
         """The lock as it was before this run (None when there was none)."""
         self.events = events
@@ -110,7 +138,15 @@ class RecordBook:
         """The lock file's bytes when the run started (None: there was none)."""
 
     @classmethod
-    def open(cls, lock_path: Path, store: Store, log: Path | None, *, keep: bool) -> RecordBook:
+    def open(
+        cls,
+        lock_path: Path,
+        store: Store,
+        log: Path | None,
+        *,
+        keep: bool,
+        upload: BlobUpload | None = None,
+    ) -> RecordBook:
         """Check what the run will write and load the lock as it is; then open the event log.
 
         Raises :class:`RecordStartError`, :class:`~fetchproxy.lock.file.LockFileError`,
@@ -136,7 +172,11 @@ class RecordBook:
         check_writable_log(log_path)
         store.check_writable()
         previous = _lock_as_it_is(lock_path)
-        book = cls(lock_path, keep=keep, previous=previous, events=EventLog(log_path))
+        if upload is not None:
+            upload.check()
+        book = cls(
+            lock_path, keep=keep, previous=previous, events=EventLog(log_path), upload=upload
+        )
         book.lock_bytes = _bytes_of(lock_path)
         try:
             book.journal.create()
@@ -238,18 +278,34 @@ class RecordBook:
         (``build_status`` > 0), was stopped by a signal (< 0), an answer could not be stored,
         or the lock could not be written.
         """
-        new = self.new_lock()
-        reason = self._why_the_lock_stays(build_status)
-        if reason is None:
-            try:
-                write_lock(self.lock_path, new)
-            except OSError as exc:
-                reason = str(write_error(self.lock_path, exc, "the lock could not be written"))
+        try:
+            new = self.new_lock()
+            reason = self._why_the_lock_stays(build_status)
+            detail = uploaded = None
+            if reason is None and self.upload is not None:
+                try:
+                    uploaded = self.upload.upload(new, self.lock_path)
+                except StoreError as exc:
+                    reason, _, rest = str(exc).partition("\n")
+                    detail = rest or None
+            if reason is None:
+                try:
+                    write_lock(self.lock_path, new)
+                except OSError as exc:
+                    reason = str(write_error(self.lock_path, exc, "the lock could not be written"))
+        except BaseException:  # a defect: the journal keeps what was fetched, and is let go
+            self.close()
+            raise
         self.events.close()
         if reason is None:
             self._close_journal(remove=True)
             return RecordResult(
-                written=True, reason=None, journal=None, previous=self.previous, new=new
+                written=True,
+                reason=None,
+                journal=None,
+                previous=self.previous,
+                new=new,
+                uploaded=uploaded,
             )
         self._close_journal(remove=False)  # one that holds no fetch goes all the same
         journal = self.journal.path if self.journal.appended else None
@@ -260,6 +316,7 @@ class RecordBook:
             previous=self.previous,
             new=new,
             changed_meanwhile=_bytes_of(self.lock_path) != self.lock_bytes,
+            detail=detail,
         )
 
     def close(self) -> None:

@@ -10,7 +10,8 @@ addresses. Patterns (``--allow-origin``, ``[record] allow``) change that:
 - ``host``, ``host:port``, ``*.domain`` (any subdomain, not the domain itself) or
   ``*.domain:port``; ``[v6]:port`` for IPv6; no port means any port.
 - When any pattern is given, record reaches only origins a pattern matches ("observe, then
-  enforce": a record without patterns lists the origins it reached, ready to paste).
+  enforce": a record without patterns lists the origins it reached, and the ``fetchproxy config
+  add record.allow`` command that allows just them).
 - A host-local address is reached only through a pattern that names its host exactly (no
   ``*.``): ``--allow-origin 127.0.0.2:18443`` for a test origin on the host's loopback.
 
@@ -21,6 +22,7 @@ apply; ``record -- BUILD`` applies both (docs/sandbox.md).
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
@@ -28,6 +30,9 @@ from fetchproxy.errors import FetchproxyError
 from fetchproxy.keys.url import InvalidURLError, normalize_url
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+_IPV4_RE = re.compile(r"\d+\.\d+\.\d+\.\d+")
 
 
 class OriginPatternError(FetchproxyError, ValueError):
@@ -56,7 +61,7 @@ class OriginPattern:
                 "*.domain[:port], e.g. files.example.org or *.example.net:8443"
             ) from None
         host, port = _split(netloc, explicit=_has_port(rest))
-        if wildcard and host.startswith("["):
+        if wildcard and (host.startswith("[") or _IPV4_RE.fullmatch(host)):
             raise OriginPatternError(f"origin pattern {text!r}: *. goes with names, not addresses")
         return cls(host=host, port=port, wildcard=wildcard, text=text)
 
@@ -116,7 +121,7 @@ class OriginPolicy:
         if self.patterns and not matching:
             return (
                 f"{shown} is not among the allowed origins (--allow-origin, [record] allow); "
-                f"add it there to record from it"
+                f"to record from it: fetchproxy config add record.allow {shown}"
             )
         if not self.guard_host:
             return None
@@ -124,8 +129,8 @@ class OriginPolicy:
         if local and not any(not p.wildcard for p in matching):
             return (
                 f"{shown} is the host's own address ({', '.join(local)}): a sandboxed build "
-                f"reaches no host service through record unless --allow-origin names it "
-                f"({host}:{port})"
+                f"reaches no host service through record unless --allow-origin or [record] "
+                f"allow names it (fetchproxy config add record.allow {shown})"
             )
         return None
 
@@ -142,9 +147,3 @@ def shown_origin(url: str) -> str:
     """The origin of ``url`` as a pattern spells it: ``host``, or ``host:port`` off the
     scheme's default port."""
     return url.partition("://")[2].split("/", 1)[0]
-
-
-def paste_ready(origins: Iterable[str]) -> str:
-    """The ``[record] allow`` lines that allow exactly ``origins`` (``host:port`` each)."""
-    quoted = ", ".join(f'"{o}"' for o in sorted(set(origins)))
-    return f"[record]\nallow = [{quoted}]"

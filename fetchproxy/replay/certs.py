@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+import weakref
 from collections import OrderedDict
 
 from fetchproxy.ca import CertificateAuthority
@@ -28,6 +29,7 @@ class HostContexts:
         self._ca = ca
         self._most = most
         self._contexts: OrderedDict[str, ssl.SSLContext] = OrderedDict()
+        self._names: weakref.WeakKeyDictionary[ssl.SSLObject, str] = weakref.WeakKeyDictionary()
 
     def for_host(self, host: str) -> ssl.SSLContext:
         """The context for ``host``, made on first use; the least recently used beyond
@@ -65,10 +67,15 @@ class HostContexts:
             logger.warning("replay: no certificate for %r: %s", host[:100], exc)
             return None
 
+    def server_name(self, tls: ssl.SSLObject) -> str | None:
+        """The server name (SNI) the client of ``tls`` asked for, None when it sent none."""
+        return self._names.get(tls)
+
     def _switch(self, connection: ssl.SSLObject, server_name: str | None, _: object) -> int | None:
         """On a ClientHello with SNI: present the certificate for that name."""
         if not server_name:
             return None
+        self._names[connection] = server_name
         context = self.for_host_or_none(server_name)
         if context is None:
             return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME

@@ -26,6 +26,11 @@ HOST_MISMATCH = "host-mismatch"
 ORIGIN_NOT_ALLOWED = "origin-not-allowed"
 """Record: the origin is not one record may reach for this build (fetchproxy.record.origins)."""
 STORE_ERROR = "store-error"
+REASONS = (
+    NOT_IN_LOCK, CORRUPT_BLOB, STORE_ERROR, NOT_HTTP, INVALID_REQUEST, HOST_MISMATCH,
+    ORIGIN_NOT_ALLOWED,
+)  # fmt: skip
+"""Every ``reason`` of a refusal: the ``x-fetchproxy-refused`` header and the event log's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +106,13 @@ def refusal(
     return _refusal(status, reason, _refusal_text(key, lock_name=lock_name, reason=reason))
 
 
-def invalid_request(problem: str, reason: str = INVALID_REQUEST) -> Refusal:
+def invalid_request(problem: str, reason: str = INVALID_REQUEST, status: int = 400) -> Refusal:
     """The 400 for a request no key can name (``reason``: invalid-request, or host-mismatch
-    for a ``Host`` header naming another server than the one it was sent to)."""
-    return _refusal(400, reason, printable(f"fetchproxy: refused: {problem}", lines=False) + "\n")
+    for a ``Host`` header naming another server than the one it was sent to; ``status`` 413
+    for a body over the limit)."""
+    return _refusal(
+        status, reason, printable(f"fetchproxy: refused: {problem}", lines=False) + "\n"
+    )
 
 
 def store_refusal(exc: StoreError) -> tuple[str, int]:
@@ -206,8 +214,8 @@ def accept_hint(key: RequestKey, near: Fetch | None) -> str | None:
         f"the lock holds {where} with {_accept_shown(near.key.accept)}, and this request has "
         f"{_accept_shown(key.accept)}: the only difference is the Accept header, so another "
         "client, or another version of it, made the lock. Record again with this one; or, if "
-        "Accept selects nothing there, put in fetchproxy.toml "
-        f'`[fetchproxy] accept-selects-nothing = ["{key.host}"]` and record again'
+        "Accept selects nothing there, run `fetchproxy config add "
+        f"fetchproxy.accept-selects-nothing {key.host}` and record again"
     )
 
 

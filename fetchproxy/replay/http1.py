@@ -1,24 +1,39 @@
-"""HTTP/1.1 requests as the direct replay server reads them (RFC 9112), and the heads it writes.
+"""HTTP/1.1 messages as the direct replay server reads and writes them (RFC 9112): pure.
 
-Pure functions over bytes: no sockets, no TLS. The server finds the end of a head
-(``\\r\\n\\r\\n``), hands it to :func:`parse_head`, reads the body :func:`body_framing` says
-follows, and builds the request's URL with :func:`request_url` the way the key expects it.
+Request heads are parsed by :func:`parse_head`, their body framing found by
+:func:`body_framing`, and answers' heads written by :func:`answer_bytes`. Nothing here keeps
+state or touches a socket: :mod:`fetchproxy.replay.connection` runs the request/answer cycle
+over these functions, and :mod:`fetchproxy.replay.server` moves the bytes.
+
+The parser is strict where leniency lets two readers of the same bytes disagree about where a
+message ends (request smuggling): a bare LF or a bare CR anywhere in a head, a header line
+folded over two lines, whitespace before a header's colon, both ``Transfer-Encoding`` and
+``Content-Length``, two different ``Content-Length`` values, a transfer coding other than a
+final ``chunked``, or ``Transfer-Encoding`` in HTTP/1.0 are refused with a 400 (501 for a coding
+it does not know, 505 for another HTTP version), never guessed at.
 """
 
 from __future__ import annotations
 
+import http
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MAX_HEAD = 64 * 1024
-"""The longest request head accepted (request line and headers)."""
-MAX_BODY = 64 * 1024 * 1024
-"""The largest request body accepted (git's upload-pack requests are far smaller)."""
+"""The longest request head accepted (request line and headers): past it, 431."""
+MAX_BODY = 1024 * 1024
+"""The largest request body accepted, as sent (chunked or not, before any content coding):
+past it, 413. A key needs a request body only for the POSTs a lock keys by their body: git's
+upload-pack negotiation, which lists wanted and common commits at about 50 bytes each (git
+gzips bodies over 1 KiB, so 1 MiB holds some 50,000 of them), and small API queries. Every
+connection may hold one body this size while it arrives, so this limit times the connection
+cap bounds what request bodies can cost."""
 
 _TOKEN_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _DIGITS_RE = re.compile(r"[0-9]{1,19}")
 _VERSION_RE = re.compile(r"HTTP/1\.[01]")
-_CHUNK_SIZE_RE = re.compile(rb"([0-9A-Fa-f]{1,15})[ \t]*(?:;[^\r\n]*)?")
+_TARGET_BAD_RE = re.compile(r"[\x00-\x20\x7f]")
+_VALUE_BAD_RE = re.compile(r"[\x00\r\n]")
 _UNSAFE_RE = re.compile(r"[\r\n\0]")
 _METHOD_START_RE = re.compile(rb"[A-Z]{1,20}( |$)")
 
@@ -35,31 +50,65 @@ class HTTPParseError(ValueError):
         self.status = status
 
 
+class BodyTooLargeError(HTTPParseError):
+    """A request whose body is over the limit (:data:`MAX_BODY`): well-formed, but not one
+    replay reads."""
+
+    def __init__(self, head: RequestHead, size: int | None, most: int = MAX_BODY) -> None:
+        told = f"of {size:,} bytes " if size is not None else ""
+        super().__init__(
+            f"{head.method} {shown_target(head.target)}: request body {told}over the "
+            f"{most:,}-byte limit",
+            413,
+        )
+        self.head = head
+
+
 @dataclass(slots=True)
 class RequestHead:
     method: str
     target: str
     version: str
     headers: list[tuple[str, str]]
+    _by_name: dict[str, list[str]] | None = field(default=None, repr=False, compare=False)
 
     def get(self, name: str) -> str | None:
         """The first value of header ``name`` (lower case), or None."""
-        for key, value in self.headers:
-            if key.lower() == name:
-                return value
-        return None
+        found = (self._by_name or self._index()).get(name)
+        return found[0] if found else None
 
     def values(self, name: str) -> list[str]:
         """Every value of header ``name`` (lower case), in order."""
-        return [value for key, value in self.headers if key.lower() == name]
+        return (self._by_name or self._index()).get(name) or []
+
+    def _index(self) -> dict[str, list[str]]:
+        """The values by lower-case name (made by :func:`parse_head`, else on first use)."""
+        by_name = self._by_name
+        if by_name is None:
+            by_name = self._by_name = {}
+            for key, value in self.headers:
+                by_name.setdefault(key.lower(), []).append(value)
+        return by_name
 
     @property
     def keep_alive(self) -> bool:
-        """Whether the connection stays open after the answer."""
-        tokens = {t.strip().lower() for v in self.values("connection") for t in v.split(",")}
+        """Whether the client wants the connection kept open after the answer (RFC 9112, 9.3):
+        HTTP/1.1 unless it says ``close``; HTTP/1.0 only when it says ``keep-alive``."""
+        said = (self._by_name or self._index()).get("connection")
+        if not said:
+            return self.version != "HTTP/1.0"
+        tokens = {t.strip().lower() for v in said for t in v.split(",")}
         if self.version == "HTTP/1.0":
-            return "keep-alive" in tokens
+            return "keep-alive" in tokens and "close" not in tokens
         return "close" not in tokens
+
+    @property
+    def expects_continue(self) -> bool:
+        """Whether the client waits for ``100 Continue`` before it sends the body (HTTP/1.1
+        only: an HTTP/1.0 client cannot have meant it, RFC 9110, 10.1.1)."""
+        return self.version == "HTTP/1.1" and any(
+            v.strip().lower() == "100-continue" for v in self.values("expect")
+        )
 
 
 def looks_like_http(data: bytes) -> bool:
@@ -75,6 +124,11 @@ def shown_target(target: str) -> str:
 
 def parse_head(raw: bytes | bytearray) -> RequestHead:
     """The request line and headers of ``raw``, a head without its final empty line."""
+    crlfs = raw.count(b"\r\n")
+    if raw.count(b"\n") != crlfs:
+        raise HTTPParseError("a bare LF in the request head (lines end in CRLF)")
+    if raw.count(b"\r") != crlfs:
+        raise HTTPParseError("a bare CR in the request head")
     text = raw.decode("utf-8", "surrogateescape")
     lines = text.split("\r\n")
     parts = lines[0].split(" ")
@@ -86,24 +140,40 @@ def parse_head(raw: bytes | bytearray) -> RequestHead:
     method, target, version = parts
     if not _VERSION_RE.fullmatch(version):
         raise HTTPParseError(f"unsupported HTTP version {version[:20]!r}", 505)
-    headers = []
-    for number, line in enumerate(lines[1:], start=2):
+    if _TARGET_BAD_RE.search(target):
+        raise HTTPParseError("a control character in the request target")
+    nul = b"\0" in raw
+    headers: list[tuple[str, str]] = []
+    by_name: dict[str, list[str]] = {}
+    token = _TOKEN_RE.fullmatch
+    for line in lines[1:]:
         name, colon, value = line.partition(":")
-        if not colon or not _TOKEN_RE.fullmatch(name):
-            raise HTTPParseError(f"line {number} of the request head is not a header line")
-        headers.append((name, value.strip(" \t")))
-    return RequestHead(method, target, version, headers)
+        if not colon or not token(name) or (nul and "\0" in value):
+            _header(line, f"line {len(headers) + 2} of the request head")  # raises: says why
+        value = value.strip(" \t")
+        headers.append((name, value))
+        lower = name.lower()
+        if lower in by_name:
+            by_name[lower].append(value)
+        else:
+            by_name[lower] = [value]
+    return RequestHead(method, target, version, headers, by_name)
 
 
-def next_head(data: bytes | bytearray, pos: int) -> tuple[RequestHead, int] | None:
-    """The request head starting at ``data[pos]`` and where its body starts; None while the
-    head is incomplete."""
-    end = data.find(b"\r\n\r\n", pos)
-    if (end < 0 and len(data) - pos > MAX_HEAD) or end - pos > MAX_HEAD:
-        raise HTTPParseError("request head too large", 431)
-    if end < 0:
-        return None
-    return parse_head(data[pos:end]), end + 4
+def parse_trailer(raw: bytes) -> tuple[str, str]:
+    """A line of a chunked body's trailer section, without its CRLF: a header line."""
+    if b"\r" in raw:
+        raise HTTPParseError("a bare CR in a trailer line")
+    return _header(raw.decode("utf-8", "surrogateescape"), "a trailer line")
+
+
+def _header(line: str, where: str) -> tuple[str, str]:
+    name, colon, value = line.partition(":")
+    if not colon or not _TOKEN_RE.fullmatch(name):
+        raise HTTPParseError(f"{where} is not a header line")
+    if _VALUE_BAD_RE.search(value):
+        raise HTTPParseError(f"{where} has a NUL in its value")
+    return name, value.strip(" \t")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,104 +187,32 @@ class Framing:
 NO_BODY = Framing()
 
 
-def body_framing(head: RequestHead) -> Framing:
-    """The body that follows ``head`` (RFC 9112, section 6.3)."""
-    encodings = head.values("transfer-encoding")
-    if encodings and head.values("content-length"):
+def body_framing(head: RequestHead, most: int = MAX_BODY) -> Framing:
+    """The body that follows ``head`` (RFC 9112, section 6); :class:`BodyTooLargeError` when
+    its length is known to be over ``most``."""
+    by_name = head._by_name or head._index()
+    encodings = by_name.get("transfer-encoding")
+    lengths_given = by_name.get("content-length")
+    if not encodings and not lengths_given:
+        return NO_BODY
+    if encodings and lengths_given:
         raise HTTPParseError("both transfer-encoding and content-length (RFC 9112, 6.3)")
     if encodings:
+        if head.version == "HTTP/1.0":
+            raise HTTPParseError("transfer-encoding in an HTTP/1.0 request (RFC 9112, 6.1)")
         codings = [c.strip().lower() for v in encodings for c in v.split(",") if c.strip()]
+        if not codings or codings[-1] != "chunked":
+            raise HTTPParseError("a transfer-encoding that does not end in chunked (RFC 9112, 6.3)")
         if codings != ["chunked"]:
-            raise HTTPParseError(f"unsupported transfer-encoding {', '.join(codings)!r}", 501)
+            raise HTTPParseError(f"unsupported transfer-encoding {', '.join(codings)[:60]!r}", 501)
         return Framing(chunked=True)
-    lengths = {v.strip() for v in head.values("content-length")}
-    if not lengths:
-        return NO_BODY
+    lengths = {v.strip() for v in lengths_given or ()}
     if len(lengths) != 1 or not _DIGITS_RE.fullmatch(next(iter(lengths))):
         raise HTTPParseError(f"invalid content-length {', '.join(sorted(lengths))[:40]!r}")
     length = int(next(iter(lengths)))
-    if length > MAX_BODY:
-        raise HTTPParseError(f"request body of {length} bytes is over {MAX_BODY}", 413)
+    if length > most:
+        raise BodyTooLargeError(head, length, most)
     return Framing(length=length) if length else NO_BODY
-
-
-class ChunkedBody:
-    """Decodes a chunked body as it arrives, from ``start`` in a buffer that only grows.
-
-    :meth:`feed` resumes where the last call stopped, so a body arriving in many pieces is
-    parsed once. Trailers are read (at most :data:`MAX_HEAD` bytes) and dropped.
-    """
-
-    def __init__(self, start: int) -> None:
-        self._at = start
-        self._parts: list[bytes] = []
-        self._size = 0
-        self._trailers_from: int | None = None
-
-    def rebase(self, consumed: int) -> None:
-        """The buffer lost its first ``consumed`` bytes."""
-        self._at -= consumed
-        if self._trailers_from is not None:
-            self._trailers_from -= consumed
-
-    def feed(self, data: bytes | bytearray) -> tuple[bytes, int] | None:
-        """(body, end offset) once ``data`` holds the whole body, else None."""
-        while self._trailers_from is None:
-            line_end = data.find(b"\r\n", self._at)
-            if line_end < 0:
-                if len(data) - self._at > 1024:
-                    raise HTTPParseError("chunk size line too long")
-                return None
-            match = _CHUNK_SIZE_RE.fullmatch(data, self._at, line_end)
-            if match is None:
-                raise HTTPParseError("invalid chunk size line")
-            length = int(match.group(1), 16)
-            if length == 0:
-                self._at = self._trailers_from = line_end + 2
-                break
-            if self._size + length > MAX_BODY:
-                raise HTTPParseError(f"request body over {MAX_BODY} bytes", 413)
-            body_at = line_end + 2
-            if len(data) < body_at + length + 2:
-                return None
-            if data[body_at + length : body_at + length + 2] != b"\r\n":
-                raise HTTPParseError("chunk not followed by CRLF")
-            self._parts.append(bytes(data[body_at : body_at + length]))
-            self._size += length
-            self._at = body_at + length + 2
-        while True:  # the trailer section, ended by an empty line
-            line_end = data.find(b"\r\n", self._at)
-            if line_end < 0 or line_end - self._trailers_from > MAX_HEAD:
-                if len(data) - self._trailers_from > MAX_HEAD:
-                    raise HTTPParseError("chunked trailers too large", 431)
-                return None
-            if line_end == self._at:
-                return b"".join(self._parts), line_end + 2
-            self._at = line_end + 2
-
-
-def read_chunked(data: bytes | bytearray, start: int) -> tuple[bytes, int] | None:
-    """Decode a chunked body starting at ``data[start]``: (body, end offset), or None if
-    ``data`` does not hold all of it yet."""
-    return ChunkedBody(start).feed(data)
-
-
-def decode_content(body: bytes, encoding: str | None) -> bytes:
-    """A request body without its ``Content-Encoding``, as the recorder keyed it.
-
-    The recorder keys the body mitmproxy's ``get_content(strict=False)`` gives, so this decodes
-    with mitmproxy's own decoder (imported only for an encoded body): whatever it cannot decode
-    is keyed as it came.
-    """
-    if not encoding:
-        return body
-    from mitmproxy.net import encoding as codings  # noqa: PLC0415 -- rare, and 15 ms
-
-    try:
-        decoded = codings.decode(body, encoding)
-    except (ValueError, TypeError):
-        return body
-    return decoded if isinstance(decoded, bytes) else body
 
 
 def split_authority(authority: str) -> tuple[str, int | None]:
@@ -235,58 +233,12 @@ def split_authority(authority: str) -> tuple[str, int | None]:
     return host, int(port)
 
 
-def request_url(
-    head: RequestHead, *, scheme: str, tunnel: tuple[str, int] | None
-) -> tuple[str, str]:
-    """The absolute URL of the request, as the key is computed from it, and its path.
-
-    The rule of mitmproxy's ``pretty_url``, which the recorder keys on: a ``Host`` header names
-    host and port (the scheme's default port when it has none); without one, the tunnel's
-    (inside ``CONNECT``) or the absolute target's; a request in origin form outside a tunnel
-    needs one (``http``, as mitmproxy takes it). The default port is left out, as mitmproxy
-    does, so both engines name a URL alike. Raises :class:`HTTPParseError`.
-    """
-    target = head.target
-    if target.startswith("/"):
-        if tunnel is not None:
-            host, port, path = tunnel[0], tunnel[1], target
-        elif head.values("host"):  # sent as if to the origin: mitmproxy goes by its Host
-            host, port, path = "", _default_port(scheme), target
-        else:
-            raise HTTPParseError(
-                f"{head.method} {shown_target(target)}: no absolute URL, CONNECT tunnel or "
-                "Host header: the destination is unknown"
-            )
-    else:
-        scheme_end = target.find("://")
-        if scheme_end < 0:
-            raise HTTPParseError(f"{head.method} {shown_target(target)}: not an absolute URL")
-        scheme = target[:scheme_end].lower()
-        if scheme not in ("http", "https"):
-            raise HTTPParseError(f"{head.method} {shown_target(target)}: not an http(s) URL")
-        rest = target[scheme_end + 3 :]
-        slash = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-        authority, path = rest[:slash], rest[slash:]
-        if "@" in authority:
-            authority = authority.rsplit("@", 1)[1]
-        host, given_port = split_authority(authority)
-        port = given_port or _default_port(scheme)
-        if tunnel is not None:
-            port = tunnel[1]
-        if not path.startswith("/"):
-            path = "/" + path
-    host_header = ", ".join(head.values("host"))
-    if host_header:
-        named, named_port = split_authority(host_header.strip())
-        host, port = named or host, named_port or _default_port(scheme)
-    shown = f"[{host}]" if ":" in host else host
-    if port != _default_port(scheme):
-        shown += f":{port}"
-    return f"{scheme}://{shown}{path}", path
-
-
-def _default_port(scheme: str) -> int:
-    return 443 if scheme == "https" else 80
+def reason_phrase(status: int) -> str:
+    """The standard reason phrase of ``status`` (RFC 9110, section 15), or ``""``."""
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 def response_head(
@@ -303,3 +255,15 @@ def response_head(
     lines.extend(f"{name}: {value}\r\n" for name, value in headers)
     lines.append("\r\n")
     return "".join(lines).encode("utf-8", "surrogateescape")
+
+
+def with_connection(
+    headers: tuple[tuple[str, str], ...], *, version: str, keep_alive: bool
+) -> tuple[tuple[str, str], ...]:
+    """An answer's headers plus what says whether the connection stays open, when needed:
+    ``close`` when it will not, ``keep-alive`` to an HTTP/1.0 client when it will."""
+    if not keep_alive:
+        return (*headers, ("connection", "close"))
+    if version == "HTTP/1.0":
+        return (*headers, ("connection", "keep-alive"))
+    return headers

@@ -50,6 +50,8 @@ class Lookup:
     fetch: Fetch | None
     problem: str = ""
     reason: str = INVALID_REQUEST
+    status: int = 400
+    """The refusal's status when no key can name the request (413: a body over the limit)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +97,7 @@ class Replayer:
         key, fetch = lookup.key, lookup.fetch
         if key is None:
             self.book.refuse_other(lookup.reason, error=lookup.problem)
-            return invalid_request(lookup.problem, lookup.reason)
+            return invalid_request(lookup.problem, lookup.reason, lookup.status)
         if websocket:
             return self._refuse(key, NOT_HTTP)
         if fetch is None:

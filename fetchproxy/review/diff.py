@@ -212,7 +212,7 @@ def request_text(entry: Fetch) -> str:
     return " ".join(parts)
 
 
-def _sizes(old: int, new: int) -> tuple[str, str]:
+def sizes_text(old: int, new: int) -> tuple[str, str]:
     """Human sizes, exact when rounding would make two different sizes look the same."""
     old_text, new_text = human_bytes(old), human_bytes(new)
     if old != new and old_text == new_text:
@@ -229,7 +229,7 @@ def _value_text(value: LockValue | None) -> str:
 
 
 def _body_change(old: Fetch, new: Fetch) -> str:
-    old_size, new_size = _sizes(old.size, new.size)
+    old_size, new_size = sizes_text(old.size, new.size)
     return f"{short_digest(old.digest)} ({old_size}) → {short_digest(new.digest)} ({new_size})"
 
 
@@ -253,7 +253,9 @@ def _field_changes(change: EntryChange, *, drift: bool) -> str:
     return "; ".join(parts)
 
 
-def _change_line(change: EntryChange) -> str:
+def change_line(change: EntryChange) -> str:
+    """One change as the report shows it: ``  + REQUEST  (size, digest)``, ``  - …``, ``  ~ …``
+    or ``  ! …  CONTENT DRIFT: …``."""
     entry = change.entry
     request = request_text(entry)
     if change.old is None:
@@ -289,7 +291,7 @@ def render_text(diff: LockDiff, *, old_label: str, new_label: str) -> str:
     lines = [f"fetchproxy lock diff: {old_label} → {new_label}"]
     for host in diff.hosts:
         lines.append(f"{host.host}  (new host)" if host.new_host else host.host)
-        lines.extend(_change_line(change) for change in host.entries)
+        lines.extend(change_line(change) for change in host.entries)
     if diff.new_hosts:
         lines.append(f"new hosts: {', '.join(diff.new_hosts)}")
     lines.append(summary_line(diff))
@@ -319,7 +321,18 @@ def render_json(diff: LockDiff, *, old_label: str, new_label: str) -> str:
     ``host``, ``change`` (added/removed/changed), ``content_drift``, ``fields`` and the ``old``
     and ``new`` entries as lock tables (or null).
     """
-    document = {
+    return render_document(json_document(diff, old_label=old_label, new_label=new_label))
+
+
+def render_document(document: dict[str, object]) -> str:
+    """A JSON report as it is printed: indented, ending with a newline; ASCII only, so JSON
+    escapes every character a terminal could act on (C1 controls, bidi overrides)."""
+    return json.dumps(document, indent=2, ensure_ascii=True) + "\n"
+
+
+def json_document(diff: LockDiff, *, old_label: str, new_label: str) -> dict[str, object]:
+    """The document :func:`render_json` prints (the package view adds to it)."""
+    return {
         "format": JSON_FORMAT,
         "version": JSON_VERSION,
         "old": old_label,
@@ -339,8 +352,6 @@ def render_json(diff: LockDiff, *, old_label: str, new_label: str) -> str:
         "new_hosts": list(diff.new_hosts),
         "entries": [_change_json(change) for change in diff.entries],
     }
-    # ASCII only: JSON escapes every character a terminal could act on (C1, bidi) that way
-    return json.dumps(document, indent=2, ensure_ascii=True) + "\n"
 
 
 # --------------------------------------------------------------------------------------- listing

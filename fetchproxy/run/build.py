@@ -32,7 +32,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from fetchproxy.ca import generate_ephemeral_ca, system_trust_bundle
 from fetchproxy.keys.rules import KeyRules
@@ -46,7 +46,7 @@ from fetchproxy.run.imports import ImportGuard, preload
 from fetchproxy.run.outcome import ExitStatus, build_outcome, finish
 from fetchproxy.run.relay import Relay
 from fetchproxy.run.rundir import run_dir
-from fetchproxy.run.settings import Mode, ProxySettings
+from fetchproxy.run.settings import Isolation, Mode, ProxySettings
 from fetchproxy.sandbox import (
     BuildProcess,
     BuildStartError,
@@ -57,6 +57,10 @@ from fetchproxy.sandbox import (
 )
 from fetchproxy.sandbox.netns import threads_outside_own_netns
 from fetchproxy.store import DiskStore, Store
+from fetchproxy.store.remote_url import RemoteURL
+
+if TYPE_CHECKING:
+    from fetchproxy.run.attest import Attester
 
 PROXY_PORT = 3128
 """The proxy's port as the build sees it: in the edge namespace (root sandbox) or on the
@@ -86,9 +90,16 @@ class RunRequest:
     """An empty ``$HOME`` and XDG directories for the build (``--fresh-home``)."""
     keep_headers: frozenset[str] = KEPT_HEADERS
     """record: the response headers kept (the built-in ones plus ``[record] headers``)."""
+    attest: Attester | None = None
+    """replay: the attestation to write when the build succeeded (``--attest``)."""
+    remote: RemoteURL | None = None
+    """The remote store the lock's blobs travel through (``--remote``)."""
 
-    def settings(self, confdir: Path, host: str, port: int) -> ProxySettings:
-        """The proxy's settings for this run, listening at ``host:port``."""
+    def settings(
+        self, confdir: Path, host: str, port: int, *, isolation: Isolation
+    ) -> ProxySettings:
+        """The proxy's settings for this run, listening at ``host:port``, its build in the
+        ``isolation`` sandbox."""
         return ProxySettings(
             mode=self.mode,
             lock=self.lock,
@@ -104,6 +115,9 @@ class RunRequest:
             http2=self.http2,
             origins=OriginPolicy.of(self.allow, guard_host=True),
             keep_headers=self.keep_headers,
+            sandbox=isolation,
+            attest=self.attest,
+            remote=self.remote,
         )
 
     def protected(self) -> list[Path]:
@@ -147,7 +161,8 @@ async def _run(request: RunRequest, tmp: Path) -> int:
 async def _in_edge(request: RunRequest, sandbox: Sandbox, confdir: Path) -> AsyncIterator[ProxyRun]:
     """The proxy listening in the root sandbox's edge namespace, for the ``with`` block."""
     proxy = open_run(
-        request.settings(confdir, sandbox.edge_address, PROXY_PORT), on_running=sandbox.leave_edge
+        request.settings(confdir, sandbox.edge_address, PROXY_PORT, isolation="root"),
+        on_running=sandbox.leave_edge,
     )
     sandbox.enter_edge()
     try:
@@ -173,7 +188,7 @@ async def _in_user_sandbox(
     request: RunRequest, sandbox: UserSandbox, confdir: Path
 ) -> AsyncIterator[ProxyRun]:
     """The proxy serving the user sandbox's listener, for the ``with`` block."""
-    settings = request.settings(confdir, "127.0.0.1", 0)
+    settings = request.settings(confdir, "127.0.0.1", 0, isolation="user")
     inside = f"{sandbox.proxy_host}:{sandbox.proxy_port}"
     if settings.direct:
         # The direct replay server serves on the listener made inside the sandbox itself:
@@ -266,7 +281,7 @@ async def _run_unsandboxed(request: RunRequest, confdir: Path, tmp: Path, bundle
         "the others",
         file=sys.stderr,
     )
-    proxy = open_run(request.settings(confdir, "127.0.0.1", 0))
+    proxy = open_run(request.settings(confdir, "127.0.0.1", 0, isolation="none"))
     host, port = (await proxy.start())[0]
     try:
         setup = build_setup(

@@ -67,6 +67,12 @@ set: ``GOTOOLCHAIN`` (a toolchain go downloads is a module like any other, recor
 replayed; ``local`` would break a go.mod that asks for a newer go) and ``GOTELEMETRY`` (not
 read from the environment; go uploads nothing unless ``go telemetry on`` was run)."""
 
+ATTEST_PASSPHRASE = "FETCHPROXY_ATTEST_PASSPHRASE"  # noqa: S105 -- a variable's name
+"""The passphrase of ``replay --attest-key`` (never an argument: arguments are visible to every
+process on the host)."""
+PRIVATE_VARIABLES = (ATTEST_PASSPHRASE,)
+"""fetchproxy's own secrets: read by fetchproxy, never passed to the build."""
+
 CA_BUNDLE: Final = "ca-bundle.pem"
 WGETRC: Final = "wgetrc"
 TRUSTSTORE: Final = "truststore.jks"
@@ -92,8 +98,9 @@ def build_setup(
     bundle: bytes,
     apt_as_root: bool = False,
 ) -> BuildSetup:
-    """What the build gets: ``environ`` with every variable pointing at this run, and the
-    files it names, to be placed in ``directory``.
+    """What the build gets: ``environ`` with every variable pointing at this run and without
+    fetchproxy's own secrets (:data:`PRIVATE_VARIABLES`), and the files it names, to be placed
+    in ``directory``.
 
     ``bundle`` is the PEM bundle the build trusts (the system's CAs and the run's);
     ``apt_as_root``: apt may not drop to its ``_apt`` user (in the user sandbox, where the
@@ -101,7 +108,7 @@ def build_setup(
     """
     paths = {name: posixpath.join(directory, name) for name in FILE_NAMES}
     proxy_url = f"http://{proxy_host}:{proxy_port}"
-    env = dict(environ)
+    env = {name: value for name, value in environ.items() if name not in PRIVATE_VARIABLES}
     for name in PROXY_VARIABLES:
         env[name] = proxy_url
     for name in NO_PROXY_VARIABLES:

@@ -5,6 +5,8 @@ Replay over HTTP/1.1 (the default) runs on fetchproxy's own server
 mitmproxy with fetchproxy's addons (``addons/embed.py``), imported only when it is needed (it
 takes half a second). Either way the books are opened first, so a bad lock, a missing blob or
 an unwritable file stops the run before anything listens, and the engine only moves bytes.
+With a remote store, replay's books pull the blobs the local store lacks first, and record's
+upload the lock's blobs before they write it (``fetchproxy.sync.steps``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from fetchproxy.replay.replayer import Replayer
 from fetchproxy.replay.server import ReplayServer
 from fetchproxy.run.settings import ProxySettings
 from fetchproxy.sandbox.rtnetlink import Rtnetlink
+from fetchproxy.sync.steps import RemoteUpload, replay_fill
 
 if TYPE_CHECKING:
     from fetchproxy.addons.record import Record
@@ -74,7 +77,8 @@ def open_run(
     s = settings
     listen = (s.listen_host, s.listen_port)
     if s.mode == "replay":
-        book = ReplayBook.open(s.lock, s.store, s.log)
+        fill = None if s.remote is None else replay_fill(s.remote, s.store, s.lock)
+        book = ReplayBook.open(s.lock, s.store, s.log, sandbox=s.sandbox, fill=fill)
         replayer = Replayer(book, VerifiedBlobs(s.store), s.rules)
         if s.direct:
             try:
@@ -93,21 +97,30 @@ def open_run(
             return ProxyRun(s, engine, replayer=replayer)
         from fetchproxy.addons.replay import Replay  # noqa: PLC0415 -- loads mitmproxy
 
-        engine = _mitmproxy(s, Replay(replayer), on_running)
+        try:
+            engine = _mitmproxy(s, Replay(replayer), on_running)
+        except BaseException:
+            replayer.book.close()
+            raise
         return ProxyRun(s, engine, replayer=replayer)
     from fetchproxy.addons.record import Record  # noqa: PLC0415 -- loads mitmproxy
 
     own = host_addresses() if s.origins.guard_host else ()
-    record = RecordBook.open(s.lock, s.store, s.log, keep=s.keep)
-    addon = Record(
-        record,
-        store=s.store,
-        rules=s.rules,
-        origins=s.origins,
-        own_addresses=own,
-        keep_headers=s.keep_headers,
-    )
-    return ProxyRun(s, _mitmproxy(s, addon, on_running), record=record)
+    upload = None if s.remote is None else RemoteUpload(s.remote, s.store)
+    record = RecordBook.open(s.lock, s.store, s.log, keep=s.keep, upload=upload)
+    try:  # an engine that cannot be made (a bad --upstream-ca) leaves no journal open
+        addon = Record(
+            record,
+            store=s.store,
+            rules=s.rules,
+            origins=s.origins,
+            own_addresses=own,
+            keep_headers=s.keep_headers,
+        )
+        return ProxyRun(s, _mitmproxy(s, addon, on_running), record=record)
+    except BaseException:
+        record.close()
+        raise
 
 
 def host_addresses() -> list[IPAddress]:

@@ -11,12 +11,12 @@ record could not keep an answer or write the lock, else 0. Bad input of any comm
 from __future__ import annotations
 
 import enum
+import shlex
 import sys
 from pathlib import Path
 
 from fetchproxy.lock.model import Lock
 from fetchproxy.record.book import RecordBook, RecordResult
-from fetchproxy.record.origins import paste_ready
 from fetchproxy.replay.book import ReplayBook
 from fetchproxy.review.diff import diff_locks, render_text
 from fetchproxy.run.engines import ProxyRun
@@ -68,12 +68,14 @@ def finish(run: ProxyRun, *, build_status: int = 0) -> int:
         _say(record_text(run.record, result, lock=lock))
         policy = run.settings.origins
         if policy.guard_host and not policy.patterns and run.record.origins:
-            _say(reached_text(run.record.origins))
+            _say(reached_text(run.record.origins, lock=lock))
         return ExitStatus.OK if result.written else ExitStatus.INCOMPLETE
     book = run.book
     assert book is not None, "a replay run keeps a book"
     _say(replay_summary(book, lock=lock))
     book.close()
+    if run.settings.attest is not None:
+        run.settings.attest.finish(book, build_status=build_status)
     if run.settings.exact and (book.stats.refused or book.unused()):
         print(
             f"fetchproxy: --exact: the build did not use exactly {lock} "
@@ -113,6 +115,8 @@ def record_text(book: RecordBook, result: RecordResult, *, lock: Path) -> str:
     """What a record run says at the end: the summary, then the lock's changes or why it stays."""
     lines = [record_summary(book, lock=lock, written=result.written)]
     if result.written:
+        if result.uploaded is not None:
+            lines.append(result.uploaded)
         if result.previous is not None:
             lines.append(lock_changes(result.previous, result.new, lock=lock))
         return "\n".join(lines)
@@ -123,6 +127,8 @@ def record_text(book: RecordBook, result: RecordResult, *, lock: Path) -> str:
         )
     else:
         lines.append(f"fetchproxy: {result.reason}: {lock} is unchanged")
+    if result.detail is not None:
+        lines.extend(f"fetchproxy: {line}" for line in result.detail.splitlines())
     if result.journal is not None:
         onto = " on top of it (--keep)" if book.keep else ""
         lines.append(
@@ -132,14 +138,15 @@ def record_text(book: RecordBook, result: RecordResult, *, lock: Path) -> str:
     return "\n".join(lines)
 
 
-def reached_text(origins: set[str]) -> str:
-    """The origins a record reached, ready to paste into fetchproxy.toml to allow just them."""
-    lines = [
+def reached_text(origins: set[str], *, lock: Path) -> str:
+    """The origins a record reached, and the command that allows just them from now on."""
+    command = ["fetchproxy", "config", "add", "record.allow", *sorted(origins)]
+    if lock.resolve() != (Path.cwd() / "fetchproxy.lock.toml").resolve():
+        command[3:3] = ["--lock", str(lock)]
+    return (
         f"fetchproxy: reached {counted(len(origins), 'origin', 'origins')}; to reach only "
-        "these from now on (or use --allow-origin), put in fetchproxy.toml:"
-    ]
-    lines.extend(f"  {line}" for line in paste_ready(origins).splitlines())
-    return "\n".join(lines)
+        f"these from now on (or use --allow-origin):\n  {printable(shlex.join(command))}"
+    )
 
 
 def record_summary(book: RecordBook, *, lock: Path, written: bool = True) -> str:
@@ -191,7 +198,19 @@ def replay_summary(replay: ReplayBook, *, lock: Path) -> str:
     unused = replay.unused()
     if unused:
         lines.append(f"fetchproxy: {len(unused)} of {len(replay.lock)} lock entries went unused")
+    lines.append(fetch_set_line(replay))
     return "\n".join(lines)
+
+
+def fetch_set_line(replay: ReplayBook) -> str:
+    """``fetchproxy: fetch-set digest blake3:… (N entries: the whole lock)``: the digest of what
+    was served, which is ``fetchproxy lock digest``'s when the run was exact."""
+    served = replay.served_set()
+    if len(served.fetches) == len(replay.lock):
+        count = f"{counted(len(served.fetches), 'entry', 'entries')}: the whole lock"
+    else:
+        count = f"{len(served.fetches)} of {len(replay.lock)} lock entries"
+    return f"fetchproxy: fetch-set digest {served.digest} ({count})"
 
 
 def lock_changes(old: Lock, new: Lock, *, lock: Path) -> str:

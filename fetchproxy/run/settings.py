@@ -5,15 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fetchproxy.keys.rules import KeyRules
 from fetchproxy.record.origins import OriginPolicy
 from fetchproxy.record.rules import KEPT_HEADERS
 from fetchproxy.store import Store
+from fetchproxy.store.remote_url import RemoteURL
+
+if TYPE_CHECKING:
+    from fetchproxy.run.attest import Attester
 
 Mode = Literal["record", "replay"]
 EngineChoice = Literal["auto", "direct", "mitmproxy"]
+Isolation = Literal["root", "user", "none"]
+"""The sandbox a run's build is in (``none``: no sandbox, or ``serve``'s clients)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +49,9 @@ class ProxySettings:
     """record: keep the existing lock, record only what it lacks (``--keep``)."""
     exact: bool = False
     """replay: unused lock entries make the run fail too (``--exact``)."""
+    remote: RemoteURL | None = None
+    """The remote store (``--remote``): record uploads every blob before it writes the lock;
+    replay pulls the blobs the local store lacks before it listens."""
     only_client_ports: set[int] | None = None
     """When set, the proxy serves only clients from 127.0.0.1 with these source ports (the user
     sandbox's relay registers its own) and refuses every other local process."""
@@ -51,6 +60,10 @@ class ProxySettings:
     ``mitmproxy`` the replay addon; ``auto`` picks direct unless ``http2`` asks for HTTP/2."""
     extra_options: Mapping[str, Any] = field(default_factory=dict)
     """mitmproxy options (the mitmproxy engine only)."""
+    sandbox: Isolation = "none"
+    """replay: the sandbox the clients are in, for the record of what was served."""
+    attest: Attester | None = None
+    """replay: writes the attestation of what was served when the build succeeded."""
 
     @property
     def direct(self) -> bool:

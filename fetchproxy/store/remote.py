@@ -19,6 +19,10 @@ serves: ``pull`` brings blobs into it, ``push`` sends blobs from it.
 - Both run ``concurrency`` transfers at once with constant memory per transfer (one chunk),
   report progress through a callback, and end with one ``RemoteTransferError`` naming every
   digest and object that failed, and why.
+- ``absent``: which blobs the remote lacks (HEAD, in parallel), for blobs a lock names that
+  the local store does not hold and so cannot push.
+- ``check_writable``: before a record starts, whether these credentials may upload: a
+  create-only PUT of the empty blob, a blob like any other (412 if it is there already).
 - ``list_objects``/``delete``: the primitives for garbage collection (policy: ``remote_gc``).
 
 Creating a ``RemoteStore`` costs nothing: the S3 client (and botocore) is made on first use.
@@ -34,7 +38,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
-from fetchproxy.digest import Digest, parse_digest
+from fetchproxy.digest import EMPTY, Digest, parse_digest
 from fetchproxy.store.base import BlobWriter, CorruptBlobError, Store, StoreError
 from fetchproxy.store.remote_client import BucketClient, ClientSettings, ObjectInfo, ObjectStream
 from fetchproxy.store.remote_errors import (
@@ -312,6 +316,55 @@ class RemoteStore:
             _tag(exc, digest, key)
             raise
 
+    # ------------------------------------------------------------------------------ lookups
+
+    def absent(
+        self, digests: Iterable[Digest], *, on_progress: ProgressCallback | None = None
+    ) -> tuple[Digest, ...]:
+        """The ``digests`` the remote does not hold (one HEAD each, in parallel).
+
+        An error other than "no such object" (refused credentials, an unreachable store) ends
+        in one ``RemoteTransferError``, as a push or pull would.
+        """
+        wanted = _unique(digests)
+        outcome = run_transfers(
+            wanted,
+            self._is_there,
+            total=len(wanted),
+            concurrency=self.settings.concurrency,
+            stops_all=_stops_all,
+            on_progress=on_progress,
+            interval=self.settings.progress_interval,
+        )
+        if outcome.failed or outcome.not_attempted:
+            self._finish("look up", "in", outcome, already=())
+        return tuple(digest for digest, there in outcome.done if not there)
+
+    def _is_there(self, digest: Digest, meter: Meter) -> bool:
+        key = self.url.key_of(digest)
+        try:
+            info = self.client.head(key)
+        except RemoteStoreError as exc:
+            _tag(exc, digest, key)
+            raise
+        meter.add(0)
+        return info is not None
+
+    def check_writable(self) -> None:
+        """``RemoteStoreError`` unless these credentials may upload to this remote.
+
+        A create-only PUT of the empty blob (``PREFIX/blake3/<digest of b"">``): it is a blob
+        like any other, so creating it changes nothing a lock could see, and a 412 (it is
+        there) is as good an answer as a 200. Read-only credentials get 403.
+        """
+        key = self.url.key_of(EMPTY)
+        md5 = hashlib.md5(b"", usedforsecurity=False).digest()
+        try:
+            self.client.put_new(key, b"", size=0, md5=md5)
+        except RemoteStoreError as exc:
+            _tag(exc, EMPTY, key)
+            raise
+
     # ------------------------------------------------------------------------------ gc
 
     def list_objects(self) -> Iterator[RemoteObject]:
@@ -405,9 +458,10 @@ def _failure_message(
     verb: str, preposition: str, url: RemoteURL, outcome: Outcome[Digest, bool], succeeded: int
 ) -> str:
     failed = len(outcome.failed) + len(outcome.not_attempted)
+    done = {"push": "pushed or already there", "pull": "pulled or already there"}
     lines = [
         f"cannot {verb} {failed} of {failed + succeeded} blobs {preposition} {url} "
-        f"({succeeded} {verb}ed or already there):"
+        f"({succeeded} {done.get(verb, 'done')}):"
     ]
     for digest, error in outcome.failed[:_SHOW_AT_MOST]:
         lines.append(f"  {digest}: {error}")

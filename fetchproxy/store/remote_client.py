@@ -2,11 +2,12 @@
 
 ``BucketClient`` does the five object operations the remote store needs (GET from an offset,
 HEAD, create-only PUT, list, delete) and nothing else. With ``remote_http`` (the data path:
-GET, HEAD, PUT) it is the only code that touches botocore: it builds the client from the
-standard AWS configuration chain, translates every botocore and urllib3 exception into the
-errors of ``remote_errors`` at this boundary, and keeps credentials out of messages and log
-records. botocore is imported when the first client is made, never at import time, so a
-replay with nothing to pull pays nothing for it.
+GET, HEAD, PUT, signed by ``sigv4``) it is the only code that touches botocore: it builds the
+client from the standard AWS configuration chain (list and delete go through it; the data
+path takes its credentials and object URL), translates every botocore, urllib3 and
+``http.client`` exception into the errors of ``remote_errors`` at this boundary, and keeps
+credentials out of messages and log records. botocore is imported when the first client is
+made, never at import time, so a replay with nothing to pull pays nothing for it.
 
 Configuration is exactly what botocore's session resolves — ``AWS_PROFILE``, ``AWS_REGION``,
 ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``, the shared config and
@@ -24,27 +25,31 @@ import datetime
 import email.utils
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any, cast
-from urllib.parse import urlsplit
+from typing import IO, TYPE_CHECKING, Any
 
+from fetchproxy.store.remote_config import (
+    ClientOptions,
+    make_client,
+    new_session,
+    quiet_botocore_debug,
+    resolve,
+)
 from fetchproxy.store.remote_errors import (
-    RemoteConfigError,
     RemoteMissingError,
     RemoteStoreError,
     RemoteUnavailableError,
     safe_code,
     translate,
 )
-from fetchproxy.store.remote_http import ObjectRequests
+from fetchproxy.store.remote_http import Answer, ObjectRequests
 
 if TYPE_CHECKING:
-    from botocore.awsrequest import AWSResponse
     from mypy_boto3_s3 import S3Client
 
 _log = logging.getLogger(__name__)
-DEFAULT_REGION = "us-east-1"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,10 +79,8 @@ class ObjectStream:
     caller can continue with a GET from where the stream stopped.
     """
 
-    def __init__(
-        self, response: AWSResponse, *, offset: int, size: int, total: int, etag: str
-    ) -> None:
-        self._raw = response.raw
+    def __init__(self, answer: Answer, *, offset: int, size: int, total: int, etag: str) -> None:
+        self._answer = answer
         self.offset = offset
         self.size = size
         self.total = total
@@ -87,7 +90,7 @@ class ObjectStream:
         """The body in chunks of at most ``chunk_size`` bytes."""
         complete = False
         try:
-            iterator = self._raw.stream(chunk_size, decode_content=False)
+            iterator = self._answer.chunks(chunk_size)
             while True:
                 try:
                     chunk = next(iterator)
@@ -99,23 +102,63 @@ class ObjectStream:
                 yield chunk
         finally:
             if complete:
-                self._raw.release_conn()  # the connection goes back to the pool
+                self._answer.release()  # the connection goes back to the pool
             else:
-                self._raw.close()  # half-read: the connection cannot be reused
+                self._answer.close()  # half-read: the connection cannot be reused
 
     def close(self) -> None:
         """Drop the body unread."""
-        self._raw.close()
+        self._answer.close()
 
 
 class BucketClient:
-    """One bucket through one botocore client (thread-safe, pooled connections)."""
+    """One bucket: the data path (``remote_http``) and, for list and delete, botocore's client
+    (made when first needed). Thread-safe, pooled connections."""
 
     def __init__(self, bucket: str, settings: ClientSettings | None = None) -> None:
         self.bucket = bucket
-        self._client, self._objects, self.endpoint = _make_client(
-            bucket, settings or ClientSettings()
+        self._settings = settings or ClientSettings()
+        self._options = ClientOptions(
+            max_connections=self._settings.max_connections,
+            connect_timeout=self._settings.connect_timeout,
+            read_timeout=self._settings.read_timeout,
+            max_attempts=self._settings.max_attempts,
         )
+        config = resolve(bucket, self._options)
+        self._config = config
+        self.endpoint = config.endpoint
+        self._objects = ObjectRequests(
+            base=config.base,
+            credentials=config.credentials,
+            region=config.region,
+            bucket=bucket,
+            endpoint=config.endpoint,
+            ca_bundle=config.ca_bundle,
+            connect_timeout=self._settings.connect_timeout,
+            read_timeout=self._settings.read_timeout,
+            max_connections=self._settings.max_connections,
+            max_attempts=self._settings.max_attempts,
+        )
+        self._s3: S3Client | None = config.client
+        self._s3_lock = threading.Lock()
+
+    @property
+    def _client(self) -> S3Client:
+        """botocore's client for this bucket's configuration, made on first use."""
+        with self._s3_lock:
+            if self._s3 is None:
+                import botocore.exceptions  # noqa: PLC0415
+
+                quiet_botocore_debug()
+                try:
+                    self._s3 = make_client(
+                        new_session(), region=self._config.region, options=self._options
+                    )
+                except (botocore.exceptions.BotoCoreError, ValueError) as exc:
+                    raise translate(
+                        exc, action="configure", where="the remote store", endpoint=self.endpoint
+                    ) from exc
+            return self._s3
 
     def get(self, key: str, *, offset: int = 0, etag: str | None = None) -> ObjectStream:
         """GET ``key`` from byte ``offset`` (with ``If-Match: etag`` when continuing)."""
@@ -127,7 +170,7 @@ class BucketClient:
         response = self._objects.request(
             "GET", key, action="download", headers=headers, stream=True
         )
-        if response.status_code == 412:
+        if response.status == 412:
             ObjectStream(response, offset=0, size=0, total=0, etag="").close()
             raise RemoteStoreError(
                 f"cannot continue reading {self.location(key)}: it changed",
@@ -143,7 +186,7 @@ class BucketClient:
             match = re.fullmatch(
                 r"bytes (\d+)-\d+/(\d+)", response.headers.get("Content-Range", "")
             )
-            if response.status_code != 206 or match is None or int(match[1]) != offset:
+            if response.status != 206 or match is None or int(match[1]) != offset:
                 stream.close()
                 raise RemoteUnavailableError(
                     f"cannot continue reading {self.location(key)} at byte {offset}: the store "
@@ -186,7 +229,7 @@ class BucketClient:
             if exc.http_status != 501:
                 raise
         else:
-            return response.status_code != 412  # 412: already there, success for create-only
+            return response.status != 412  # 412: already there, success for create-only
         # 501: a store without conditional writes. Look, then write unconditionally: a write
         # racing ours puts the same bytes under the same name (the name is their digest), and
         # every read verifies them, so the worst case is bytes written twice.
@@ -251,80 +294,3 @@ class BucketClient:
                 exc, action=action, where=self.location(key), endpoint=self.endpoint
             ) from exc
         return result
-
-
-def _make_client(bucket: str, settings: ClientSettings) -> tuple[S3Client, ObjectRequests, str]:
-    """A botocore S3 client from the AWS chain, the data path beside it, and the endpoint
-    (without userinfo, for messages)."""
-    import botocore.exceptions  # noqa: PLC0415 -- botocore costs ~0.3 s; only a transfer needs it
-    import botocore.session  # noqa: PLC0415
-    from botocore.config import Config  # noqa: PLC0415
-
-    _quiet_botocore_debug()
-    try:
-        session = botocore.session.Session()
-        region = session.get_config_variable("region") or DEFAULT_REGION
-        style = (session.get_scoped_config().get("s3") or {}).get("addressing_style")
-        credentials = session.get_credentials()
-        if credentials is None:
-            raise RemoteConfigError(
-                "no AWS credentials found for the remote store: set AWS_ACCESS_KEY_ID and "
-                "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run where a web identity token "
-                "or instance role provides them"
-            )
-        config = Config(
-            region_name=region,
-            retries={"mode": "standard", "max_attempts": settings.max_attempts},
-            max_pool_connections=settings.max_connections,
-            connect_timeout=settings.connect_timeout,
-            read_timeout=settings.read_timeout,
-            tcp_keepalive=True,
-            parameter_validation=False,  # every request is built here, typed; saves CPU per call
-            # Content-MD5 is the transport checksum (every S3 store checks it); the newer
-            # x-amz-checksum-* trailers are not understood by older RGW and MinIO releases.
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-            user_agent_extra="fetchproxy",
-        )
-        client = cast("S3Client", session.create_client("s3", config=config))
-        endpoint = client.meta.endpoint_url
-        if style is None and not _is_aws(endpoint):
-            path_style = config.merge(Config(s3={"addressing_style": "path"}))
-            client = cast("S3Client", session.create_client("s3", config=path_style))
-        shown = _without_userinfo(endpoint)
-        objects = ObjectRequests(
-            presign=client.generate_presigned_url,
-            credentials=credentials,
-            region=client.meta.region_name,
-            bucket=bucket,
-            endpoint=shown,
-            ca_bundle=session.get_config_variable("ca_bundle"),
-            connect_timeout=settings.connect_timeout,
-            read_timeout=settings.read_timeout,
-            max_connections=settings.max_connections,
-            max_attempts=settings.max_attempts,
-        )
-    except RemoteStoreError:
-        raise
-    except (botocore.exceptions.BotoCoreError, ValueError) as exc:
-        raise translate(exc, action="configure", where="the remote store", endpoint="") from exc
-    return client, objects, shown
-
-
-def _quiet_botocore_debug() -> None:
-    """botocore's DEBUG records carry request headers (a session token among them)."""
-    logger = logging.getLogger("botocore")
-    if logger.getEffectiveLevel() < logging.INFO:
-        logger.setLevel(logging.INFO)
-
-
-def _is_aws(endpoint: str) -> bool:
-    host = urlsplit(endpoint).hostname or ""
-    return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
-
-
-def _without_userinfo(endpoint: str) -> str:
-    parts = urlsplit(endpoint)
-    if parts.username is None and parts.password is None:
-        return endpoint
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()

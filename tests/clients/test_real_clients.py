@@ -83,7 +83,7 @@ def events(work: Path) -> list[dict[str, object]]:
     log = work / "fetchproxy.lock.log.jsonl"
     lines = log.read_text().splitlines() if log.exists() else []
     found = [json.loads(line) for line in lines if line.strip()]
-    return [event for event in found if event["event"] != "used"]
+    return [event for event in found if event["event"] not in ("used", "fetch-set")]
 
 
 def assert_replay_served(

@@ -40,7 +40,19 @@ def test_project_secret_params_add_to_the_built_in_ones(tmp_path: Path) -> None:
         (
             '[fetchproxi]\nsecret-params = ["session"]\n',
             "fetchproxy.toml:1: unknown table or key 'fetchproxi' — settings go in the tables "
-            "[fetchproxy], [record], [sandbox]",
+            "[fetchproxy], [record], [sandbox], [store]",
+        ),
+        (
+            '[store]\nremote = ["s3://b/p"]\n',
+            "fetchproxy.toml:2: store.remote: must be a non-empty string, e.g. "
+            '"s3://my-bucket/fetchproxy"',
+        ),
+        (
+            '[store]\nremote = "s3://key:secret@bucket/p"\n',
+            "fetchproxy.toml:2: store.remote: 's3://***@bucket/p' is not a remote store URL: it "
+            "must not carry credentials; they come from the AWS configuration (AWS_PROFILE, "
+            "AWS_ACCESS_KEY_ID, web identity, instance metadata) (for example "
+            "s3://my-bucket/fetchproxy)",
         ),
     ],
 )
@@ -61,6 +73,14 @@ def test_record_and_sandbox_settings(tmp_path: Path) -> None:
     )
     assert config.allow == ("files.example.org", "*.example.net:8443")
     assert config.writable == (Path.home() / ".cache/pip", tmp_path / "build-cache", Path("/abs"))
+
+
+def test_the_remote_store(tmp_path: Path) -> None:
+    path = tmp_path / "fetchproxy.toml"
+    config = parse_config('[store]\nremote = "s3://my-bucket/ci/fetchproxy/"\n', path=path)
+    assert config.remote is not None
+    assert (config.remote.bucket, config.remote.prefix) == ("my-bucket", "ci/fetchproxy")
+    assert parse_config("", path=path).remote is None
 
 
 def test_an_unknown_setting_of_a_known_table_names_the_table(tmp_path: Path) -> None:

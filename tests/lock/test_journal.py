@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -128,3 +129,21 @@ def test_an_older_journal_is_recovered_onto_the_lock_dropping_nothing(tmp_path: 
         "2 entries (an older journal: nothing is removed)\n"
     )
     assert [f.key.url for f in load_lock(lock).fetches] == [fetch(n).key.url for n in (1, 2, 3)]
+
+
+def test_a_journal_whose_last_write_fails_is_closed_all_the_same(tmp_path: Path) -> None:
+    """A full disk failed the flush in close(): the file stayed open (and its lock held) for
+    the rest of the process."""
+    path = journal_path(tmp_path / "fetchproxy.lock.toml")
+    journal = Journal(path)
+    journal.append(fetch(1))
+    fd = journal._file.fileno() if journal._file is not None else -1
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, fd)  # from here on the journal's writes (and its fsync) fail
+    os.close(full)
+    with pytest.raises(OSError, match="Invalid argument"):  # fsync of a character device
+        journal.close(remove=False)
+    with pytest.raises(OSError, match="Bad file descriptor") as closed:
+        os.fstat(fd)
+    assert closed.value.errno == errno.EBADF
+    assert list(read_journal(path)) == [fetch(1)]

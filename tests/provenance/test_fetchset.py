@@ -20,8 +20,10 @@ from fetchproxy.provenance.fetchset import (
     TAG,
     ConflictingAnswersError,
     entry_line,
+    entry_object,
     fetch_set_bytes,
     fetch_set_digest,
+    key_line,
 )
 from fetchproxy.provenance.jcs import CanonicalJSONError, canonical_json
 from tests.provenance.docexamples import doc_block
@@ -115,6 +117,38 @@ def test_the_digest_ignores_order_and_repeats() -> None:
 )
 def test_every_part_of_key_and_answer_counts(change: dict[str, Any]) -> None:
     assert fetch_set_digest([entry()]) != fetch_set_digest([entry(**change)])
+
+
+_any_text = st.text(st.characters(codec="utf-8"), min_size=1, max_size=12)
+_entries = st.builds(
+    Entry,
+    method=st.sampled_from(["GET", "HEAD", "POST"]),
+    url=_any_text.map(lambda text: f"https://example.org/{text}"),
+    accept=st.none() | _any_text,
+    git_protocol=st.none() | _any_text,
+    body_digest=st.none() | st.binary(max_size=4).map(digest_bytes),
+    status=st.integers(100, 599),
+    digest=st.binary(max_size=4).map(digest_bytes),
+    size=st.integers(0, 2**53 - 1),
+    headers=st.lists(
+        st.tuples(st.sampled_from(["content-type", "location", "content-length"]), _any_text),
+        max_size=3,
+    ).map(tuple),
+)
+
+
+@PROPERTIES
+@given(_entries)
+def test_entry_lines_are_rfc8785(value: Entry) -> None:
+    # the fast encoder of entry lines writes what the general one and an independent one do
+    assert entry_line(value) == canonical_json(entry_object(value))
+    assert entry_line(value) == rfc8785.dumps(entry_object(value))  # type: ignore[arg-type]
+    assert key_line(value) == canonical_json(value.key_fields())
+
+
+def test_an_entry_with_a_lone_surrogate_has_no_line() -> None:
+    with pytest.raises(CanonicalJSONError, match="lone surrogate"):
+        entry_line(entry(headers=(("content-type", "\ud800"),)))
 
 
 def test_header_order_does_not_count() -> None:

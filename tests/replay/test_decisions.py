@@ -125,8 +125,8 @@ def test_a_refusal_whose_nearest_entry_differs_only_in_accept_says_what_to_do() 
         f'the lock holds GET {url} with accept = "text/plain", and this request has no Accept '
         "(or */*): the only difference is the Accept header, so another client, or another "
         "version of it, made the lock. Record again with this one; or, if Accept selects "
-        "nothing there, put in fetchproxy.toml `[fetchproxy] accept-selects-nothing = "
-        '["crates.example.org"]` and record again'
+        "nothing there, run `fetchproxy config add fetchproxy.accept-selects-nothing "
+        "crates.example.org` and record again"
     )
     # the other way round, and when the settings of record and replay differ
     assert 'this request has accept = "text/plain"' in (

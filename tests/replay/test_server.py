@@ -20,25 +20,40 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 from cryptography import x509
 
 from fetchproxy.ca import generate_ca, load_ca
-from fetchproxy.digest import Digest, digest_bytes
+from fetchproxy.digest import digest_bytes
 from fetchproxy.engine import ProxyStartError
-from fetchproxy.keys.gitbody import canonical_body
 from fetchproxy.lock.file import write_lock
-from fetchproxy.lock.model import Fetch, Lock
+from fetchproxy.lock.model import Lock
 from fetchproxy.replay import blobs
-from fetchproxy.replay import server as replayserver
 from fetchproxy.replay.book import MissingBodiesError
 from fetchproxy.replay.certs import HostContexts
+from fetchproxy.replay.client import IDLE_CHECKS, WRITE_HIGH
+from fetchproxy.replay.client import ClientConnection as ReplayServerConnection
 from fetchproxy.replay.server import ReplayServer
 from fetchproxy.run.settings import ProxySettings
 from fetchproxy.store import DiskStore
+from tests.replay.serving import (
+    ANSWER,
+    HOST,
+    HUGE,
+    LARGE,
+    LONG_HOST,
+    MEDIUM,
+    SMALL,
+    UPLOAD,
+    Client,
+    ServerThread,
+    entry,
+    get,
+    make_files,
+)
 from tests.support.badblobs import (
     DEADLINE,
     SUBPROCESS_DEADLINE,
@@ -46,21 +61,13 @@ from tests.support.badblobs import (
     unblock_fifos,
 )
 from tests.support.cli import read_events
-from tests.support.locks import make_fetch
 from tests.support.proxy import ProxyThread
-
-SMALL = b"small file\n" * 10
-LARGE = bytes(range(256)) * 4096  # 1 MiB: streamed from the store
-UPLOAD = b"0032want " + b"a" * 40 + b"\n00000009done\n"
-ANSWER = b"the answer to the upload\n"
-HOST = "files.example"
-LONG_HOST = "my-bucket-name-with-a-long-name.s3.dualstack.eu-central-1.amazonaws.com"
-MEDIUM = bytes(range(256)) * 800  # 200 KiB: answered from memory
-HUGE = bytes(range(256)) * 10240  # 2.5 MiB: streamed in more than one chunk
 
 
 @dataclass
 class Served:
+    """The server as a run starts it (``open_run``), in a thread."""
+
     proxy: ProxyThread
     ca_cert: Path
     log: Path
@@ -71,49 +78,20 @@ class Served:
         return int(self.proxy.url.rsplit(":", 1)[1])
 
 
-def entry(url: str, body: bytes, digest: Digest, *, method: str = "GET", **fields: Any) -> Fetch:
-    return make_fetch(method=method, url=url, status=200, digest=digest, size=len(body), **fields)
-
-
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Served]:
-    store = DiskStore(tmp_path / "store")
-    small, large, answer = store.put(SMALL), store.put(LARGE), store.put(ANSWER)
-    medium, huge = store.put(MEDIUM), store.put(HUGE)
-    upload_key = digest_bytes(canonical_body("/repo/git-upload-pack", None, UPLOAD))
-    lock = Lock.from_fetches(
-        [
-            entry(f"https://{HOST}:8443/small", SMALL, small, content_type="text/plain"),
-            entry(f"https://{HOST}:8443/large", LARGE, large),
-            entry(f"http://{HOST}/plain", SMALL, small),
-            entry(f"http://{HOST}:8080/tunnelled", SMALL, small),
-            entry(f"https://{HOST}:8443/medium", MEDIUM, medium),
-            entry(f"https://{HOST}:8443/huge", HUGE, huge),
-            entry(f"https://{LONG_HOST}/small", SMALL, small),
-            entry(f"https://{HOST}:8443/wrong-size", b"12345", small),  # a lock edited by hand
-            entry(
-                f"https://{HOST}:8443/repo/git-upload-pack",
-                ANSWER,
-                answer,
-                method="POST",
-                body_digest=upload_key,
-            ),
-        ]
-    )
-    write_lock(tmp_path / "fetchproxy.lock.toml", lock)
-    confdir = tmp_path / "confdir"
-    ca_cert = generate_ca("test CA").write(confdir)
+    files = make_files(tmp_path)
     settings = ProxySettings(
         mode="replay",
-        lock=tmp_path / "fetchproxy.lock.toml",
-        store=store,
-        confdir=confdir,
+        lock=files.lock,
+        store=files.store,
+        confdir=files.confdir,
         listen_port=0,
-        log=tmp_path / "events.jsonl",
+        log=files.log,
     )
     proxy = ProxyThread(settings).start()
     assert isinstance(proxy.run.engine, ReplayServer)
-    running = Served(proxy, ca_cert, tmp_path / "events.jsonl")
+    running = Served(proxy, files.ca_cert, files.log)
     yield running
     for client in running.clients:
         client.sock.close()
@@ -121,60 +99,12 @@ def served(tmp_path: Path) -> Iterator[Served]:
         proxy.stop()
 
 
-class Client:
-    """One raw connection to the proxy; ``tunnel()`` CONNECTs and (by default) starts TLS."""
-
-    def __init__(self, served: Served) -> None:
-        self.served = served
-        self.sock: socket.socket | ssl.SSLSocket = socket.create_connection(
-            ("127.0.0.1", served.port), timeout=10
-        )
-        self.pending = b""
-        served.clients.append(self)
-
-    def tunnel(
-        self, authority: str = f"{HOST}:8443", *, tls: bool = True, sni: str | None = HOST
-    ) -> None:
-        self.send(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
-        assert self.head() == "HTTP/1.1 200 Connection established"
-        if tls:
-            context = ssl.create_default_context(cafile=self.served.ca_cert)
-            context.check_hostname = sni is not None
-            self.sock = context.wrap_socket(self.sock, server_hostname=sni)
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def _fill(self) -> bool:
-        data = self.sock.recv(65536)
-        self.pending += data
-        return bool(data)
-
-    def head(self) -> str:
-        while b"\r\n\r\n" not in self.pending:
-            assert self._fill(), f"closed before a whole head: {self.pending!r}"
-        head, self.pending = self.pending.split(b"\r\n\r\n", 1)
-        return head.decode()
-
-    def answer(self, *, body: bool = True) -> tuple[str, dict[str, str], bytes]:
-        lines = self.head().split("\r\n")
-        headers = dict(line.lower().split(": ", 1) for line in lines[1:])
-        length = int(headers.get("content-length", "0")) if body else 0
-        while len(self.pending) < length:
-            assert self._fill(), "closed before the whole body"
-        data, self.pending = self.pending[:length], self.pending[length:]
-        return lines[0], headers, data
-
-    def closed(self) -> bool:
-        try:
-            return not self._fill() and not self.pending
-        except (ConnectionResetError, ssl.SSLError):
-            return True
-
-
-def get(target: str, *headers: str, method: str = "GET", host: str = f"{HOST}:8443") -> bytes:
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", *headers]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+@pytest.fixture
+def direct(tmp_path: Path) -> Iterator[ServerThread]:
+    """The server on its own, built by the test (its idle sweep stepped by hand)."""
+    server = ServerThread(make_files(tmp_path)).start()
+    yield server
+    server.stop()
 
 
 def test_pipelined_requests_head_and_ranges_share_one_tls_connection(served: Served) -> None:
@@ -391,24 +321,29 @@ def test_certificates_are_kept_for_the_hosts_used_last() -> None:
     assert contexts.for_host("b.example") is not b  # dropped, made again
 
 
+def only_connection(direct: ServerThread) -> ReplayServerConnection:
+    (connection,) = direct.server.connections
+    return connection
+
+
 def test_a_client_that_does_not_read_cannot_make_the_server_buffer_without_bound(
-    served: Served,
+    direct: ServerThread,
 ) -> None:
-    client = Client(served)
+    client = Client(direct)
     client.tunnel()
     client.send(get("/medium"))
     assert client.answer()[2] == MEDIUM  # verified and cached: the answers below are instant
     count = 500  # 100 MB of answers
     client.send(get("/medium") * count)
-    time.sleep(1)
-    run = served.proxy.run
-    assert isinstance(run.engine, ReplayServer)
-    buffered = [c.transport.get_write_buffer_size() for c in run.engine.connections if c.transport]
-    assert max(buffered) < 8 * 1024 * 1024  # the high-water mark (4 MiB) and one answer
+    connection = direct.call(lambda: only_connection(direct))
+    direct.wait_until(lambda: connection.write_blocked, "the server waits for the client")
+    assert connection.transport is not None
+    buffered = direct.call(connection.transport.get_write_buffer_size)
+    assert buffered <= WRITE_HIGH + len(MEDIUM) + 4096  # the high-water mark and one answer
     for _ in range(count):
         assert client.answer()[2] == MEDIUM
-    assert served.proxy.stop() == 0
-    assert served.proxy.replay.stats.served == count + 1
+    direct.stop_serving()
+    assert direct.replayer.book.stats.served == count + 1
 
 
 def test_no_secret_of_a_malformed_request_reaches_the_event_log(served: Served) -> None:
@@ -461,25 +396,23 @@ def test_digits_that_are_not_ascii_are_a_bad_request_not_a_crash(served: Served)
         assert client.closed()
 
 
-@pytest.fixture
-def short_idle(monkeypatch: pytest.MonkeyPatch) -> float:
-    """A server started after this one closes connections idle for 0.4 s."""
-    monkeypatch.setattr(replayserver, "IDLE_TIMEOUT", 0.4)
-    return replayserver.IDLE_TIMEOUT
-
-
 def test_a_connection_idle_for_the_timeout_is_closed_and_one_in_use_is_not(
-    short_idle: float, served: Served
+    direct: ServerThread,
 ) -> None:
-    in_tunnel, plain, busy = Client(served), Client(served), Client(served)
+    in_tunnel, plain, busy = Client(direct), Client(direct), Client(direct)
     in_tunnel.tunnel()  # TLS up, then nothing
     plain.send(b"GET http://files.example/pl")  # half a request line, then nothing
     busy.tunnel()
-    deadline = time.monotonic() + 4 * short_idle
-    while time.monotonic() < deadline:  # a request every tenth of the timeout: never idle
+    direct.wait_until(lambda: len(direct.server.connections) == 3, "three connections")
+    direct.sweep()  # the sweep that sees them first
+    for _ in range(IDLE_CHECKS - 1):  # a request between every two sweeps: never idle
         busy.send(get("/small"))
         assert busy.answer()[2] == SMALL
-        time.sleep(short_idle / 10)
+        direct.sweep()
+    assert direct.call(lambda: len(direct.server.connections)) == 3  # quiet, not yet for long
+    busy.send(get("/small"))
+    assert busy.answer()[2] == SMALL
+    direct.sweep()  # the tenth quiet sweep of the other two
     assert in_tunnel.closed()
     assert plain.closed()
     busy.send(get("/small"))
@@ -487,45 +420,46 @@ def test_a_connection_idle_for_the_timeout_is_closed_and_one_in_use_is_not(
 
 
 def test_a_client_that_stops_reading_is_cut_off_after_the_idle_timeout(
-    short_idle: float, served: Served
+    direct: ServerThread,
 ) -> None:
-    client = Client(served)
+    client = Client(direct)
     client.tunnel()
     client.send(get("/medium"))
     assert client.answer()[2] == MEDIUM
     count = 500  # 100 MB: far more than the socket buffers hold
     client.send(get("/medium") * count)
-    time.sleep(4 * short_idle)
-    run = served.proxy.run
-    assert isinstance(run.engine, ReplayServer)
-    assert run.engine.connections == set()  # cut off (reset: what it had not read is gone)
+    connection = direct.call(lambda: only_connection(direct))
+    direct.wait_until(lambda: connection.write_blocked, "the server waits for the client")
+    direct.sweep(IDLE_CHECKS + 1)
+    assert direct.call(lambda: len(direct.server.connections)) == 0  # reset: never flushed
     got = 0
     with suppress(ConnectionResetError, ssl.SSLError, AssertionError):
         while client.answer()[2] == MEDIUM:
             got += 1
     assert got < count
-    assert served.proxy.stop() == 0
-    assert served.proxy.replay.stats.served < count + 1
+    direct.stop_serving()
+    assert direct.replayer.book.stats.served < count + 1
 
 
 def test_a_client_that_stops_reading_below_the_high_water_mark_is_cut_off_too(
-    short_idle: float, served: Served
+    direct: ServerThread,
 ) -> None:
-    run = served.proxy.run
-    assert isinstance(run.engine, ReplayServer)
-    client = Client(served)
-    client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client = Client(direct, receive_buffer=4096)
     client.tunnel()
-    (connection,) = run.engine.connections
+    connection = direct.call(lambda: only_connection(direct))
     assert connection.transport is not None
-    for _ in range(400):  # one request at a time until answers back up behind the socket
-        client.send(get("/medium"))
-        time.sleep(0.02)
-        if connection.transport.get_write_buffer_size() > 0:
-            break
-    assert 0 < connection.transport.get_write_buffer_size() < 4 * 1024 * 1024
-    time.sleep(4 * short_idle)
-    assert run.engine.connections == set()  # not left closing forever with unsent bytes
+    buffered = connection.transport.get_write_buffer_size
+    sent = 0
+    while direct.call(buffered) == 0:  # small answers until some stay behind the socket
+        assert sent < 20000, "the kernel took every answer"
+        client.send(get("/small") * 20)
+        sent += 20
+        answered = partial(lambda n: connection.http.requests == n, sent)
+        direct.wait_until(answered, "the requests answered")
+    assert 0 < direct.call(buffered) <= WRITE_HIGH
+    assert not connection.write_blocked  # below the mark: nothing tells the server to wait
+    direct.sweep(IDLE_CHECKS + 1)
+    assert direct.call(lambda: len(direct.server.connections)) == 0  # not left closing forever
 
 
 def test_a_request_with_two_host_headers_is_refused_even_after_one_with_one(

@@ -132,3 +132,12 @@ def test_a_java_option_with_white_space_is_quoted() -> None:
     options = java_options(truststore="/tmp/my dir/t.jks", proxy_host="127.0.0.1", port=3)
     assert options[0] == '"-Djavax.net.ssl.trustStore=/tmp/my dir/t.jks"'
     assert options[1] == "-Djavax.net.ssl.trustStoreType=JKS"
+
+
+def test_fetchproxys_own_secrets_never_reach_the_build() -> None:
+    env = setup_for(
+        {"PATH": "/usr/bin", "FETCHPROXY_ATTEST_PASSPHRASE": "s3cret", "FETCHPROXY_STORE": "/s"}
+    ).env
+    assert "FETCHPROXY_ATTEST_PASSPHRASE" not in env
+    assert "s3cret" not in env.values()
+    assert env["FETCHPROXY_STORE"] == "/s"  # only the secrets go

@@ -269,11 +269,23 @@ def test_a_record_without_patterns_reaches_a_remote_origin_and_lists_it(
     status, _out, err = fetchproxy_in(tmp_path, "record", "--", "sh", "-c", build)
     assert status == 0, err
     assert (tmp_path / "got.txt").read_text() == "from afar\n"
+    command = "fetchproxy config add record.allow 10.237.0.2:8080"
     assert (
-        "fetchproxy: reached 1 origin; to reach only these from now on (or use --allow-origin), "
-        'put in fetchproxy.toml:\n  [record]\n  allow = ["10.237.0.2:8080"]\n'
+        "fetchproxy: reached 1 origin; to reach only these from now on (or use --allow-origin):"
+        f"\n  {command}\n"
     ) in err
-    (tmp_path / "fetchproxy.toml").write_text('[record]\nallow = ["10.237.0.2:8080"]\n')
+    (tmp_path / "fetchproxy.toml").write_text("# the project's settings\n")
+    added = subprocess.run(
+        [sys.executable, "-m", "fetchproxy", *command.split()[1:]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "record.allow += 10.237.0.2:8080" in added.stdout
+    assert (tmp_path / "fetchproxy.toml").read_text() == (
+        '# the project\'s settings\n\n[record]\nallow = ["10.237.0.2:8080"]\n'
+    )
     status, _out, err = fetchproxy_in(tmp_path, "record", "--", "sh", "-c", build)
     assert status == 0, err
     assert "reached" not in err  # enforced now: nothing left to observe

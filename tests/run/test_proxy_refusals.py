@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import logging
 import os
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -83,8 +84,8 @@ def test_unknown_urls_methods_and_representations_are_refused_with_the_nearest_e
         f'the lock holds GET {base}/negotiate with accept = "application/json", and this '
         'request has accept = "text/csv": the only difference is the Accept header, so another '
         "client, or another version of it, made the lock. Record again with this one; or, if "
-        "Accept selects nothing there, put in fetchproxy.toml `[fetchproxy] "
-        f'accept-selects-nothing = ["{base.removeprefix("https://")}"]` and record again'
+        "Accept selects nothing there, run `fetchproxy config add "
+        f"fetchproxy.accept-selects-nothing {base.removeprefix('https://')}` and record again"
     )
     assert read_events(rig.paths.log, unused=True) == [
         {
@@ -110,7 +111,7 @@ def test_unknown_urls_methods_and_representations_are_refused_with_the_nearest_e
         {"event": "unused", "key": {"method": "GET", "url": f"{base}/medium.bin"}},
         {"event": "unused", "key": {"method": "GET", "url": f"{base}/small.txt"}},
     ]
-    assert capfd.readouterr().err == (
+    summary = (
         f"fetchproxy: served 1 fetch ({len(JSON_BODY)} B) from {lock}; refused 3\n"
         f"fetchproxy:   refused GET {base}/small.txt.bak\n"
         f"fetchproxy:   refused HEAD {base}/small.txt\n"
@@ -118,6 +119,12 @@ def test_unknown_urls_methods_and_representations_are_refused_with_the_nearest_e
         f"fetchproxy:     {accept_hint}\n"
         "fetchproxy: 2 of 3 lock entries went unused\n"
     )
+    err = capfd.readouterr().err
+    assert err.startswith(summary), err
+    assert re.fullmatch(
+        r"fetchproxy: fetch-set digest blake3:[0-9a-f]{64} \(1 of 3 lock entries\)\n",
+        err[len(summary) :],
+    ), err
     assert rig.origin.connections == 0
 
 

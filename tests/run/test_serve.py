@@ -18,6 +18,8 @@ import pytest
 
 from fetchproxy.lock.file import load_lock
 from fetchproxy.lock.journal import journal_path
+from fetchproxy.provenance.entry import entry_from_fetch
+from fetchproxy.provenance.fetchset import fetch_set_digest
 from tests.support.cli import run_fetchproxy
 from tests.support.clients import curl, urlfetch, urllib_opener
 from tests.support.origin import GZIP_WIRE, MEDIUM, SMALL, Origin, OriginPKI
@@ -174,15 +176,25 @@ def test_serve_records_then_replays_and_stops_on_sigterm_and_sigint(
     assert unknown.status == 403
     assert replayer.stop(signal.SIGINT) == 0
     assert not is_listening(url)
-    assert replayer.stderr == (
-        f"fetchproxy: served 4 fetches (1.0 MiB) from {env.lock}; refused 1\n"
-        f"fetchproxy:   refused GET {origin.url('/unknown')}\n"
-    )
+    served = re.escape(fetch_set_digest(entry_from_fetch(f) for f in load_lock(env.lock).fetches))
+    assert re.fullmatch(
+        re.escape(
+            f"fetchproxy: served 4 fetches (1.0 MiB) from {env.lock}; refused 1\n"
+            f"fetchproxy:   refused GET {origin.url('/unknown')}\n"
+        )
+        + rf"fetchproxy: fetch-set digest {served} \(3 entries: the whole lock\)\n",
+        replayer.stderr,
+    ), replayer.stderr
     assert origin.connections == 0
     # the event log went beside the lock
     log = env.home / "app.lock.log.jsonl"
-    events = [json.loads(line)["event"] for line in log.read_text().splitlines()]
-    assert events == ["refused", "used", "used", "used"]
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [e["event"] for e in events] == ["refused", "used", "used", "used", "fetch-set"]
+    assert (events[-1]["exact"], events[-1]["refused"], events[-1]["sandbox"]) == (
+        False,
+        1,
+        "none",
+    )
 
 
 def test_a_port_in_use_is_a_clear_error(env: Env, serve: StartServe) -> None:

@@ -30,8 +30,8 @@ from fetchproxy.store.remote_errors import (
 )
 from fetchproxy.store.remote_url import RemoteURL
 from fetchproxy.store.transfer import Progress
-from tests.store.conftest import QUICK, S3Endpoint, make_remote, use_credentials
 from tests.store.relay import Relay
+from tests.support.s3 import QUICK, S3Endpoint, make_remote, use_credentials
 
 MiB = 1 << 20
 

@@ -55,10 +55,10 @@ def parse_cli(*argv: str) -> argparse.Namespace:
 
 
 def read_events(log: Path, *, unused: bool = False) -> list[dict[str, object]]:
-    """The event log's lines, without the end-of-replay ``used`` lines; the ``unused`` ones
-    only when asked for."""
+    """The event log's lines, without the end-of-replay ``used`` and ``fetch-set`` lines; the
+    ``unused`` ones only when asked for."""
     events = [json.loads(line) for line in io.StringIO(log.read_text()) if line.strip()]
-    hidden = {"used"} if unused else {"used", "unused"}
+    hidden = {"used", "fetch-set"} if unused else {"used", "fetch-set", "unused"}
     return [e for e in events if e["event"] not in hidden]
 
 

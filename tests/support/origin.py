@@ -483,7 +483,7 @@ def _seen_encoding(request: Request) -> Reply:
 
 
 def standard_site() -> dict[str, Handler]:
-    """Everything the proxy tests fetch (issue 3's list)."""
+    """Everything the proxy tests fetch (the speed targets' list)."""
     counter = itertools.count(1)
     return {
         "/small.txt": lambda _: _text(200, SMALL),

@@ -1,0 +1,347 @@
+"""``fetchproxy store fetch``: the local store filled from the origins, checked against the lock.
+
+The way Nix fixed-output derivations work: the lock says what each body must hash to, so
+anyone may fetch it again from where it came from, and only bytes that match go into the store.
+
+**Plan** (:func:`plan_refetch`, pure). One job per blob the store lacks: the empty blob needs no
+fetch at all (HEAD, 204 and empty answers); otherwise the lock's ``GET`` entries without a
+request body that name it, first to last (the next is tried when one fails). A blob no such
+entry names cannot be fetched again: a request with a body (git's negotiation ``POST``), or a
+method other than GET — each is listed with what to do instead. An origin the policy does not
+allow (``--allow-origin``, ``[record] allow``, as ``serve record`` applies them) is not asked.
+
+**Fetch** (:func:`refetch`). Each GET goes to the origin the entry names, with the key's
+``Accept`` and ``Git-Protocol``, ``Accept-Encoding: identity`` (as record asks), and nothing
+else of a build's: no cookie, no credential — the lock holds none, so a URL that needed one
+fails here and says so. The answer must have the lock's status, and its body streams into the
+store's writer (hashed as it arrives; cut off one byte past the lock's size), which publishes it
+only if it hashes to the lock's digest. Anything else is **CONTENT DRIFT**: reported with what
+came instead, never published. Jobs run in parallel (bounded), with progress.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from fetchproxy.digest import EMPTY, Digest
+from fetchproxy.keys.request import RequestKey
+from fetchproxy.lock.model import Fetch, Lock
+from fetchproxy.record.origins import OriginPolicy, origin_of
+from fetchproxy.record.rules import UPSTREAM_ACCEPT_ENCODING
+from fetchproxy.store import CorruptBlobError, Store, StoreError
+from fetchproxy.store.transfer import Meter, ProgressCallback, run_transfers
+from fetchproxy.sync.upstream import OriginClient, OriginUnreachableError
+from fetchproxy.text import human_bytes
+
+CHUNK = 1 << 20
+_AUTH_STATUSES = frozenset({401, 403, 407})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unfetchable:
+    """A blob no entry can fetch again: the entries that name it, why, and what to do."""
+
+    digest: Digest
+    entries: tuple[Fetch, ...]
+    why: str
+    instead: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """One blob to fetch: the entries to try, in order."""
+
+    digest: Digest
+    size: int
+    entries: tuple[Fetch, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RefetchPlan:
+    jobs: tuple[Job, ...]
+    present: int
+    """Blobs the store holds already."""
+    empty: bool
+    """The empty blob is needed and missing: it is written, not fetched."""
+    unfetchable: tuple[Unfetchable, ...]
+
+
+def plan_refetch(lock: Lock, *, has: Callable[[Digest], bool], policy: OriginPolicy) -> RefetchPlan:
+    """What ``store fetch`` does with ``lock`` (see the module docstring); ``has`` says which
+    blobs the store holds already."""
+    by_digest: dict[Digest, list[Fetch]] = {}
+    for fetch in lock.fetches:
+        by_digest.setdefault(fetch.digest, []).append(fetch)
+    jobs: list[Job] = []
+    unfetchable: list[Unfetchable] = []
+    present = 0
+    empty = False
+    for digest, entries in by_digest.items():
+        if has(digest):
+            present += 1
+            continue
+        if digest == EMPTY:
+            empty = True
+            continue
+        gets = [f for f in entries if f.key.method == "GET" and f.key.body_digest is None]
+        allowed = [f for f in gets if _allowed(policy, f.key) is None]
+        if allowed:
+            jobs.append(Job(digest=digest, size=entries[0].size, entries=tuple(allowed)))
+        elif gets:
+            unfetchable.append(
+                Unfetchable(
+                    digest=digest,
+                    entries=tuple(gets),
+                    why=_allowed(policy, gets[0].key) or "not allowed",
+                    instead="allow the origin (--allow-origin, [record] allow), or pull the "
+                    "blob from a remote store (`fetchproxy store pull`)",
+                )
+            )
+        else:
+            unfetchable.append(_cannot(digest, tuple(entries)))
+    jobs.sort(key=lambda job: (-job.size, job.digest))  # large first: no long tail alone
+    return RefetchPlan(
+        jobs=tuple(jobs), present=present, empty=empty, unfetchable=tuple(unfetchable)
+    )
+
+
+def _allowed(policy: OriginPolicy, key: RequestKey) -> str | None:
+    host, port = origin_of(key.url)
+    return policy.check(host, port, (), ())
+
+
+def _cannot(digest: Digest, entries: tuple[Fetch, ...]) -> Unfetchable:
+    key = entries[0].key
+    if key.body_digest is not None:
+        git = key.url.endswith(("/git-upload-pack", "/git-receive-pack"))
+        why = (
+            "a request with a body (git's negotiation: its answer depends on what the client "
+            "asked for)"
+            if git
+            else "a request with a body (fetching it again would mean sending that body, "
+            "which the lock does not keep)"
+        )
+    else:
+        why = f"a {key.method} request (only GET is fetched again: it changes nothing)"
+    return Unfetchable(
+        digest=digest,
+        entries=entries,
+        why=why,
+        instead="pull its blob from a remote store (`fetchproxy store pull`), copy the store "
+        "it was recorded into, or record again",
+    )
+
+
+# ------------------------------------------------------------------------------------- fetch
+
+
+class RefetchError(StoreError):
+    """One blob could not be fetched again; ``drift``: the origin answered something else."""
+
+    def __init__(self, message: str, *, drift: bool, entry: Fetch) -> None:
+        super().__init__(message)
+        self.drift = drift
+        self.entry = entry
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fetched:
+    """What one job did: the entry that gave the bytes, and the ones that failed first."""
+
+    entry: Fetch
+    tried: tuple[RefetchError, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RefetchReport:
+    fetched: tuple[tuple[Digest, Fetched], ...]
+    failed: tuple[tuple[Job, tuple[RefetchError, ...]], ...]
+    bytes: int
+    """The bytes of the blobs fetched and published."""
+    seconds: float
+    wrote_empty: bool
+    plan: RefetchPlan
+    origins: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def drifted(self) -> list[RefetchError]:
+        """Every CONTENT DRIFT met, also on entries whose blob another entry then gave."""
+        found = [e for _, f in self.fetched for e in f.tried if e.drift]
+        return found + [e for _, errors in self.failed for e in errors if e.drift]
+
+    @property
+    def complete(self) -> bool:
+        """Whether the store now holds every blob of the lock and nothing drifted."""
+        return not (self.failed or self.plan.unfetchable or self.drifted)
+
+
+class _JobFailedError(StoreError):
+    def __init__(self, errors: tuple[RefetchError, ...]) -> None:
+        super().__init__(str(errors[-1]))
+        self.errors = errors
+
+
+def refetch(
+    plan: RefetchPlan,
+    store: Store,
+    client: OriginClient,
+    *,
+    concurrency: int = 8,
+    on_progress: ProgressCallback | None = None,
+    user_agent: str = "fetchproxy",
+) -> RefetchReport:
+    """Carry out ``plan`` into ``store`` (see the module docstring)."""
+    if plan.empty:
+        store.put(b"")
+
+    def work(job: Job, meter: Meter) -> Fetched:
+        errors: list[RefetchError] = []
+        for entry in job.entries:
+            try:
+                _fetch_one(entry, store, client, meter, user_agent)
+            except RefetchError as exc:
+                errors.append(exc)
+                continue
+            return Fetched(entry=entry, tried=tuple(errors))
+        raise _JobFailedError(tuple(errors))
+
+    outcome = run_transfers(
+        plan.jobs,
+        work,
+        total=len(plan.jobs),
+        concurrency=concurrency,
+        stops_all=lambda _error: False,  # each origin answers for itself
+        bytes_total=sum(job.size for job in plan.jobs),
+        on_progress=on_progress,
+    )
+    failed = []
+    for job, error in outcome.failed:
+        if not isinstance(error, _JobFailedError):
+            raise error  # the store failed (a full disk): not the origin's doing
+        failed.append((job, error.errors))
+    return RefetchReport(
+        fetched=tuple((job.digest, done) for job, done in outcome.done),
+        failed=tuple(failed),
+        bytes=sum(job.size for job, _ in outcome.done),
+        seconds=outcome.seconds,
+        wrote_empty=plan.empty,
+        plan=plan,
+        origins=frozenset(done.entry.key.host for _, done in outcome.done),
+    )
+
+
+def request_headers(key: RequestKey, user_agent: str) -> dict[str, str]:
+    """What ``store fetch`` sends: the key's selecting headers, identity encoding, its name."""
+    headers = {"accept-encoding": UPSTREAM_ACCEPT_ENCODING, "user-agent": user_agent}
+    if key.accept is not None:
+        headers["accept"] = key.accept
+    if key.git_protocol is not None:
+        headers["git-protocol"] = key.git_protocol
+    return headers
+
+
+def _fetch_one(
+    entry: Fetch, store: Store, client: OriginClient, meter: Meter, user_agent: str
+) -> None:
+    key = entry.key
+    where = f"{key.method} {key.url}"
+    try:
+        answer = client.get(key.url, request_headers(key, user_agent))
+    except OriginUnreachableError as exc:
+        raise RefetchError(f"{where}: {exc}", drift=False, entry=entry) from None
+    reuse = False
+    try:
+        if answer.status != entry.status:
+            raise _status_error(where, entry, answer.status)
+        with store.writer() as writer:
+            for chunk in answer.chunks(CHUNK):
+                writer.update(chunk)
+                meter.add(len(chunk))
+                if writer.size > entry.size:
+                    raise RefetchError(
+                        f"{where}: CONTENT DRIFT: the origin sent more than the lock's "
+                        f"{entry.size} bytes; not put in the store",
+                        drift=True,
+                        entry=entry,
+                    )
+            reuse = True
+            try:
+                writer.commit(entry.digest)
+            except CorruptBlobError as exc:
+                raise RefetchError(
+                    f"{where}: CONTENT DRIFT: the origin sent other bytes ({writer.size} bytes, "
+                    f"{exc.actual}) than the lock's {entry.digest} ({entry.size} bytes); not "
+                    "put in the store",
+                    drift=True,
+                    entry=entry,
+                ) from None
+    except OriginUnreachableError as exc:
+        raise RefetchError(f"{where}: {exc}", drift=False, entry=entry) from None
+    finally:
+        answer.close(reuse=reuse)
+
+
+def _status_error(where: str, entry: Fetch, status: int) -> RefetchError:
+    if status >= 500:
+        return RefetchError(
+            f"{where}: the origin failed (HTTP {status}); try again later",
+            drift=False,
+            entry=entry,
+        )
+    if status in _AUTH_STATUSES and entry.status not in _AUTH_STATUSES:
+        return RefetchError(
+            f"{where}: the origin refused (HTTP {status}): it may want a credential, which "
+            "a lock never keeps — pull the blob from a remote store, or record again",
+            drift=False,
+            entry=entry,
+        )
+    return RefetchError(
+        f"{where}: CONTENT DRIFT: the origin answered HTTP {status} where the lock says "
+        f"{entry.status}; nothing was put in the store",
+        drift=True,
+        entry=entry,
+    )
+
+
+# ------------------------------------------------------------------------------------- text
+
+
+def render_refetch(report: RefetchReport, *, lock: str) -> str:
+    """What ``fetchproxy store fetch`` prints: one line per problem, then a summary."""
+    lines = [f"fetchproxy store fetch: {lock}"]
+    lines += [str(error) for error in report.drifted]
+    lines += [
+        str(errors[-1])
+        for _, errors in report.failed
+        if not errors[-1].drift  # drift was said above
+    ]
+    for item in report.plan.unfetchable:
+        shown = _entries(item.entries)
+        lines.append(f"cannot fetch again: {shown}: {item.why}; instead, {item.instead}")
+    summary = (
+        f"summary: fetched {len(report.fetched)} of {len(report.plan.jobs)} blobs "
+        f"({human_bytes(report.bytes)}) in {report.seconds:.1f} s"
+    )
+    extras = [f"{report.plan.present} in the store already"]
+    if report.wrote_empty:
+        extras.append("the empty blob written")
+    if report.drifted:
+        extras.append(f"{len(report.drifted)} CONTENT DRIFT (not put in the store)")
+    failed = sum(1 for _, errors in report.failed if not errors[-1].drift)
+    if failed:
+        extras.append(f"{failed} could not be fetched")
+    if report.plan.unfetchable:
+        extras.append(f"{len(report.plan.unfetchable)} cannot be fetched again")
+    return "\n".join([*lines, f"{summary}; {', '.join(extras)}"]) + "\n"
+
+
+def _entries(entries: Sequence[Fetch]) -> str:
+    first = entries[0].key
+    more = f" (and {len(entries) - 1} more)" if len(entries) > 1 else ""
+    return f"{first.method} {first.url}{more}"
+
+
+def fetched_digests(report: RefetchReport) -> list[Digest]:
+    """The blobs this fetch put in the store."""
+    return [digest for digest, _ in report.fetched] + ([EMPTY] if report.wrote_empty else [])

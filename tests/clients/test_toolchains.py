@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from fetchproxy.record.tokens import PLACEHOLDER
 from tests.clients.test_real_clients import (
     LOCK,
     assert_replay_served,
@@ -36,6 +38,9 @@ from tests.clients.test_real_clients import (
 from tests.support.real_origins import (
     HOST,
     HTTPSOrigin,
+    OriginReply,
+    OriginRequest,
+    Respond,
     static_site,
 )
 from tests.support.tools import require
@@ -225,4 +230,71 @@ def test_the_jvm_trusts_the_run_through_java_tool_options_and_replays(tmp_path: 
     )
     assert_replay_served(replayed, again, requests=2)
     assert fetched_files(again) == fetched_files(work)
+    assert len(origin.requests) == 2  # the replay reached no origin
+
+
+# --------------------------------------------------------------------------------------- tokens
+
+
+def token_server() -> Respond:
+    """A token endpoint as Docker's and OAuth's are: a fresh credential on every request."""
+    issued = iter(range(1, 1000))
+
+    def respond(request: OriginRequest) -> OriginReply:
+        n = next(issued)
+        body = json.dumps(
+            {
+                "token": f"eyJhbGciOiJFUzI1NiJ9.eyJqdGkiOiJ{n}In0.c2lnbmF0dXJl{n}",
+                "access_token": f"eyJhbGciOiJFUzI1NiJ9.eyJqdGkiOiJ{n}In0.c2lnbmF0dXJl{n}",
+                "expires_in": 300,
+                "issued_at": f"2026-01-01T00:00:{n:02d}Z",
+            }
+        ).encode()
+        return OriginReply(200, (("Content-Type", "application/json"),), body)
+
+    return respond
+
+
+TOKEN_BUILD = 'curl -sSf -o token.json "$0"'
+
+
+def test_a_token_never_reaches_the_store_or_the_lock_and_re_records_are_stable(
+    tmp_path: Path,
+) -> None:
+    """The build gets the real token in record (the registry checks it); the store and the lock
+    get a redacted one, the same on every record; replay serves that well-formed answer."""
+    store = tmp_path / "store"
+    locks, tokens = [], []
+    with HTTPSOrigin(tmp_path / "origin", token_server()) as origin:
+        url = f"{origin.url}/token?scope=repository%3Aapp%3Apull&service=registry&account=fp"
+        for round_ in ("first", "second"):
+            work = prepare_work(tmp_path / round_)
+            recorded = fetchproxy(
+                work, store, "record", "--upstream-ca", origin.ca_path,
+                "--", "sh", "-c", TOKEN_BUILD, url,
+            )  # fmt: skip
+            assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+            assert '1 token answer locked with the tokens replaced (redacted = "token")' in (
+                recorded.stderr
+            )
+            tokens.append(json.loads((work / "token.json").read_bytes())["token"])
+            locks.append((work / LOCK).read_text())
+    assert tokens[0] != tokens[1]  # the client got the origin's fresh tokens
+    assert locks[0] == locks[1]  # re-records are stable: no content drift
+    assert 'redacted = "token"\n' in locks[0]
+    assert "account" not in locks[0]  # whose credentials asked for it is a secret parameter
+    stored = b"".join(p.read_bytes() for p in store.rglob("*") if p.is_file())
+    for token in tokens:
+        assert token.encode() not in stored
+        assert token.split(".")[2].encode() not in stored
+
+    again = prepare_work(tmp_path / "replay")
+    (again / LOCK).write_text(locks[0])
+    replayed = fetchproxy(again, store, "replay", "--exact", "--", "sh", "-c", TOKEN_BUILD, url)
+    assert_replay_served(replayed, again, requests=1)
+    assert json.loads((again / "token.json").read_bytes()) == {
+        "token": PLACEHOLDER,
+        "access_token": PLACEHOLDER,
+        "expires_in": 300,
+    }
     assert len(origin.requests) == 2  # the replay reached no origin

@@ -298,3 +298,54 @@ def test_a_token_never_reaches_the_store_or_the_lock_and_re_records_are_stable(
         "expires_in": 300,
     }
     assert len(origin.requests) == 2  # the replay reached no origin
+
+
+# --------------------------------------------------------------------------------------- accept
+
+INDEX = {"/index/config.json": ("application/json", b'{"dl": "https://127.0.0.2/crates"}\n')}
+INDEX_BUILD = 'curl -sSf -H "Accept: $0" -o config.json "$1"'
+
+
+def test_a_lock_made_with_one_accept_serves_another_where_accept_selects_nothing(
+    tmp_path: Path,
+) -> None:
+    """cargo 1.95 asks its sparse index with ``Accept: text/plain``, cargo 1.65 with ``*/*``:
+    without the setting the second is refused, and the refusal says why and what to do; with
+    ``[fetchproxy] accept-selects-nothing`` in record and replay, one lock serves both."""
+    store = tmp_path / "store"
+    with HTTPSOrigin(tmp_path / "origin", static_site(INDEX)) as origin:
+        url = f"{origin.url}/index/config.json"
+        plain = prepare_work(tmp_path / "plain")
+        recorded = fetchproxy(
+            plain, store, "record", "--upstream-ca", origin.ca_path,
+            "--", "sh", "-c", INDEX_BUILD, "text/plain", url,
+        )  # fmt: skip
+        assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+        declared = prepare_work(tmp_path / "declared")
+        config = f'[fetchproxy]\naccept-selects-nothing = ["{HOST}/index/"]\n'
+        (declared / "fetchproxy.toml").write_text(config)
+        recorded = fetchproxy(
+            declared, store, "record", "--upstream-ca", origin.ca_path,
+            "--", "sh", "-c", INDEX_BUILD, "text/plain", url,
+        )  # fmt: skip
+        assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    assert 'accept = "text/plain"\n' in (plain / LOCK).read_text()
+    assert 'accept = "*"\n' in (declared / LOCK).read_text()
+    assert "revision = 3\n" in (declared / LOCK).read_text()
+
+    refused = fetchproxy(plain, store, "replay", "--", "sh", "-c", INDEX_BUILD, "*/*", url)
+    assert refused.returncode != 0
+    assert (
+        f'fetchproxy:     the lock holds GET {url} with accept = "text/plain", and this request '
+        "has no Accept (or */*): the only difference is the Accept header"
+    ) in refused.stderr
+    assert f"`fetchproxy config add fetchproxy.accept-selects-nothing {HOST}:" in refused.stderr
+
+    for accept in ("*/*", "text/plain", "application/json"):
+        (declared / "config.json").unlink(missing_ok=True)
+        replayed = fetchproxy(
+            declared, store, "replay", "--exact", "--", "sh", "-c", INDEX_BUILD, accept, url
+        )
+        assert_replay_served(replayed, declared, requests=1)
+        assert (declared / "config.json").read_bytes() == INDEX["/index/config.json"][1]
+    assert len(origin.requests) == 2  # the replays reached no origin

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from fetchproxy.record.tokens import PLACEHOLDER
+from tests.clients.test_provenance_clients import Registry, registry
 from tests.clients.test_real_clients import (
     LOCK,
     assert_replay_served,
@@ -44,6 +45,8 @@ from tests.support.real_origins import (
     static_site,
 )
 from tests.support.tools import require
+
+__all__ = ["registry"]  # a fixture, imported to be used here
 
 pytestmark = [
     pytest.mark.root,
@@ -349,3 +352,32 @@ def test_a_lock_made_with_one_accept_serves_another_where_accept_selects_nothing
         assert_replay_served(replayed, declared, requests=1)
         assert (declared / "config.json").read_bytes() == INDEX["/index/config.json"][1]
     assert len(origin.requests) == 2  # the replays reached no origin
+
+
+# ------------------------------------------------------------------------------ self-update checks
+
+CI_VARIABLES = ("CI", "CONTINUOUS_INTEGRATION", "BUILD_NUMBER", "RUN_ID", "GITHUB_ACTIONS")
+"""What npm takes for "in CI" (its ci-info), where it never checks for updates: unset in the
+build, as on a laptop, where a recording would otherwise lock the check."""
+
+
+def test_npm_asks_for_no_update_of_itself_on_a_laptop(tmp_path: Path, registry: Registry) -> None:
+    """npm checks ``GET <registry>/npm`` once a week, but not in CI: a lock recorded on a
+    laptop would hold the check, or refuse it, depending on the day. fetchproxy turns it off."""
+    require("npm", install="apt-get install npm")
+    registry.publish("left-pad-ish", "1.0.0")
+    work = prepare_work(tmp_path)
+    (work / "package.json").write_text('{"name": "app", "version": "1.0.0"}\n')
+    unset = " ".join(f"-u {name}" for name in CI_VARIABLES)
+    install = (
+        f'env {unset} npm install --registry "$0" --no-audit --no-fund --no-package-lock '
+        "left-pad-ish@1.0.0"
+    )
+    recorded = fetchproxy(
+        work, tmp_path / "store", "record", "--allow-origin", "127.0.0.62",
+        "--", "sh", "-c", install, registry.url,
+        env={"npm_config_cache": str(work / "cache")},
+    )  # fmt: skip
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    assert registry.requests == ["/left-pad-ish", "/left-pad-ish/-/left-pad-ish-1.0.0.tgz"]
+    assert lock_entries(work) == 2

@@ -17,7 +17,12 @@ per-round ratios of medians to the first tree (the paired figure to compare by).
 stdout and stderr, so that the build gets a terminal of its own (where the tree makes one).
 ``--command``: the build is ``sh -c COMMAND`` instead of ``/bin/true``, run in a fresh
 directory with a fresh ``HOME`` beside it (outside /tmp, which the sandbox makes private),
-and a first row runs it without any sandbox: the whole-build overhead.
+and a first row runs it without any sandbox: the whole-build overhead. ``--replay``: each
+tree runs the build as users do, ``fetchproxy replay -- sh -c COMMAND`` (a lock with no entry,
+so the proxy, the sandbox, the build and the summary, in a process of its own), against the
+same build run directly.
+
+    python bench/sandbox_bench.py --tree ../before --tree . --replay --command "$(cat build.sh)"
 """
 
 from __future__ import annotations
@@ -50,6 +55,15 @@ for _ in range(runs):
     start = time.perf_counter()
     if kind == "direct":
         done = subprocess.run(argv, env=env, cwd=run / "work", stdout=subprocess.DEVNULL)
+        status = done.returncode
+    elif kind == "replay":  # the product, as users run it: proxy, sandbox, build, summary
+        lock = run / "fetchproxy.lock.toml"
+        lock.write_text("version = 1\\n")
+        replay = [sys.executable, "-m", "fetchproxy", "replay", "--lock", str(lock),
+                  "--store", str(run / "store"), "--", *argv]
+        replay_env = {**env, "PYTHONPATH": os.environ["PYTHONPATH"]}
+        done = subprocess.run(replay, env=replay_env, cwd=run / "work",
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         status = done.returncode
     else:
         with (Sandbox if kind == "root" else UserSandbox)() as sandbox:
@@ -104,13 +118,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10, help="runs per tree per round")
     parser.add_argument("--terminal", action="store_true", help="run under a pty")
     parser.add_argument("--command", default="", help="the build, for sh -c (default: true)")
+    parser.add_argument(
+        "--replay", action="store_true", help="each tree's `fetchproxy replay -- BUILD`"
+    )
     options = parser.parse_args()
     trees: list[Path] = options.tree or [Path(__file__).resolve().parent.parent]
     for tree in trees:  # the supervisor runs with -B: without .pyc files it compiles each time
         compileall.compile_dir(tree / "fetchproxy", quiet=1)
     # (label, tree, kind): without a sandbox first when the build is a real one
-    systems = [(str(tree), tree, options.sandbox) for tree in trees]
-    if options.command:
+    kind = "replay" if options.replay else options.sandbox
+    systems = [(str(tree), tree, kind) for tree in trees]
+    if options.command or options.replay:
         systems.insert(0, ("no sandbox", trees[0], "direct"))
     samples: dict[str, list[float]] = {label: [] for label, _, _ in systems}
     ratios: dict[str, list[float]] = {label: [] for label, _, _ in systems}
@@ -135,8 +153,9 @@ def main() -> None:
             print(f"round {round_number + 1}/{options.rounds} done", file=sys.stderr)
     load = Path("/proc/loadavg").read_text().split()[:3]
     build = "sh -c COMMAND" if options.command else "/bin/true"
+    how = "`fetchproxy replay --`" if options.replay else f"{options.sandbox} sandbox"
     print(
-        f"{options.sandbox} sandbox, {build}, {'with' if options.terminal else 'without'} a "
+        f"{how}, {build}, {'with' if options.terminal else 'without'} a "
         "terminal; "
         f"{options.rounds} rounds x {options.runs} runs per tree; Python "
         f"{platform.python_version()}, {os.cpu_count()} CPUs, load average {' '.join(load)}\n"

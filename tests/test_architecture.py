@@ -162,6 +162,23 @@ def _listening_port(pid: int, timeout: float = 30.0) -> int:
     raise AssertionError(f"process {pid} did not listen within {timeout} s")
 
 
+def test_the_docs_name_only_tests_that_exist() -> None:
+    """A guarantees table that names a test (`test_…`) names one that is there: renaming or
+    removing a test cannot leave a guarantee the docs claim but nothing pins."""
+    tests = {
+        node.name
+        for path in (REPO / "tests").rglob("test_*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
+    }
+    named = {
+        (doc.name, name)
+        for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+        for name in re.findall(r"`(test_\w+)`", doc.read_text(encoding="utf-8"))
+    }
+    assert sorted(f"{doc}: {name}" for doc, name in named if name not in tests) == []
+
+
 def test_the_docs_name_only_modules_that_exist() -> None:
     """Every module path (``fetchproxy/…py``, ``addons/…py``) and every ``from fetchproxy…
     import`` in the README and docs/ names code that is there: a move cannot leave a stale map."""

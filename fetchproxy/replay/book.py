@@ -100,9 +100,11 @@ class ReplayBook:
         self.sandbox = sandbox
         self.stats = ReplayStats()
         self.used: set[RequestKey] = set()
-        """Keys of the lock's entries some request asked for (served or refused)."""
+        """Keys of the lock's entries some request asked for and was refused (its blob could
+        not be served, or it was a websocket); the served ones are in ``_answered``."""
         self._answered: dict[RequestKey, int] = {}
-        """How many whole answers each served entry got (a revoked one is taken back)."""
+        """How many whole answers each served entry got (a revoked one is taken back); a key
+        once in it was asked for, whatever its count."""
         self.refused: list[RequestKey] = []
         """The first refused requests, for the summary (all of them are in the event log)."""
         self.hints: dict[RequestKey, str] = {}
@@ -141,8 +143,8 @@ class ReplayBook:
         return self.lock.lookup(key)
 
     def served(self, key: RequestKey, body_bytes: int) -> None:
-        self.used.add(key)
-        self._answered[key] = self._answered.get(key, 0) + 1
+        answered = self._answered  # the hot path of every hit: one dict, no set
+        answered[key] = answered.get(key, 0) + 1
         self.stats.served += 1
         self.stats.bytes += body_bytes
 
@@ -192,9 +194,12 @@ class ReplayBook:
     def was_used(self, key: RequestKey) -> bool:
         """Whether the run asked for ``key``; a HEAD counts as asked for when the GET of the
         same key was: a client may send the HEAD first or not, by its own timing (uv does)."""
-        if key in self.used:
+        if key in self._answered or key in self.used:
             return True
-        return key.method == "HEAD" and dataclasses.replace(key, method="GET") in self.used
+        if key.method != "HEAD":
+            return False
+        get = dataclasses.replace(key, method="GET")
+        return get in self._answered or get in self.used
 
     def unused(self) -> list[Fetch]:
         """Lock entries no request asked for in this run (see :meth:`was_used`)."""

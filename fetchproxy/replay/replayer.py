@@ -54,17 +54,37 @@ class Lookup:
     """The refusal's status when no key can name the request (413: a body over the limit)."""
 
 
-@dataclass(frozen=True, slots=True)
 class Hit:
-    """A request the lock holds, and the answer it gets."""
+    """A request the lock holds, and the answer it gets.
 
-    key: RequestKey
-    fetch: Fetch
-    answer: Answer
+    The answer (its headers, a range) is worked out when first asked for: a server that has
+    the whole answer's bytes prepared for this request sends those and never needs it.
+    """
+
+    __slots__ = ("_answer", "fetch", "key", "method", "range_header")
+
+    def __init__(
+        self, key: RequestKey, fetch: Fetch, *, method: str, range_header: str | None
+    ) -> None:
+        self.key = key
+        self.fetch = fetch
+        self.method = method
+        self.range_header = range_header
+        self._answer: Answer | None = None
+
+    @property
+    def answer(self) -> Answer:
+        if self._answer is None:
+            self._answer = answer_for(
+                self.fetch, method=self.method, range_header=self.range_header
+            )
+        return self._answer
 
     @property
     def body_bytes(self) -> int:
         """The body bytes this answer sends."""
+        if self._answer is None and self.range_header is None:  # the whole body, or none
+            return 0 if self.method == "HEAD" else self.fetch.size
         return self.answer.body_bytes(self.fetch.size)
 
 
@@ -102,7 +122,7 @@ class Replayer:
             return self._refuse(key, NOT_HTTP)
         if fetch is None:
             return self._refuse(key, NOT_IN_LOCK)
-        return Hit(key, fetch, answer_for(fetch, method=method, range_header=range_header))
+        return Hit(key, fetch, method=method, range_header=range_header)
 
     async def verify(self, hit: Hit) -> Refusal | None:
         """Rehash the hit's blob unless this run did; the 502 refusal when it cannot be served."""

@@ -15,6 +15,7 @@ from fetchproxy.replay.decisions import (
     store_refusal,
 )
 from fetchproxy.replay.ranges import ByteRange
+from fetchproxy.replay.replayer import Hit
 from fetchproxy.store import CorruptBlobError, StoreError
 from tests.support.locks import make_fetch
 
@@ -153,3 +154,16 @@ def test_no_accept_hint_when_more_than_accept_differs() -> None:
     assert accept_hint(key, other) is None
     assert accept_hint(key, None) is None
     assert accept_hint(key, fetch(url, method="HEAD", accept="text/plain")) is None
+
+
+def test_a_hits_body_bytes_are_counted_alike_before_and_after_its_answer_is_made() -> None:
+    """A hit sent from prepared bytes never makes its answer; what it counts as served must be
+    what the answer would have sent."""
+    for status in (200, 206, 304, 404):
+        locked = fetch(status=status, size=1000)
+        for method in ("GET", "HEAD", "POST"):
+            for range_header in (None, "bytes=0-9", "bytes=5000-"):
+                lazy = Hit(locked.key, locked, method=method, range_header=range_header)
+                made = Hit(locked.key, locked, method=method, range_header=range_header)
+                expected = made.answer.body_bytes(locked.size)
+                assert lazy.body_bytes == expected, (status, method, range_header)

@@ -318,7 +318,7 @@ class Origin:
                 return
             for event in conn.receive_data(data):
                 if isinstance(event, h2.events.RequestReceived):
-                    incoming[event.stream_id] = (list(event.headers), bytearray())
+                    incoming[event.stream_id] = (_text_headers(event.headers), bytearray())
                 elif isinstance(event, h2.events.DataReceived):
                     incoming[event.stream_id][1].extend(event.data)
                     conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
@@ -521,3 +521,13 @@ def standard_site() -> dict[str, Handler]:
         "/unstable": lambda _: _text(200, f"answer number {next(counter)}\n".encode()),
         "/server-error": lambda _: _text(503, b"try again later\n"),
     }
+
+
+def _text_headers(headers: object) -> list[tuple[str, str]]:
+    """h2's received headers, as text (decoded already with ``header_encoding``; h2 4.4 types
+    them as bytes or text, 4.1 leaves them untyped)."""
+    assert isinstance(headers, list)
+    return [
+        (k.decode() if isinstance(k, bytes) else k, v.decode() if isinstance(v, bytes) else v)
+        for k, v in headers
+    ]

@@ -46,6 +46,11 @@ from fetchproxy.record.rules import (
     is_recordable,
     unclean_headers,
 )
+from fetchproxy.record.tokens import (
+    TOKEN_ANSWER_LIMIT,
+    may_be_token_answer,
+    redacted_token_answer,
+)
 from fetchproxy.replay.blobs import VerifiedBlobs
 from fetchproxy.replay.decisions import (
     ORIGIN_NOT_ALLOWED,
@@ -80,22 +85,26 @@ class _Tee:
     ``window`` (the client asked for a range) the store gets the whole body and the client
     only the bytes from ``start`` to ``end`` — the answer replay gives it — once the whole body
     has arrived: a client that has its part closes, and the rest must still come from the origin.
+    With ``hold`` (a body that may be a token answer, :mod:`fetchproxy.record.tokens`) the
+    store gets nothing until :meth:`release` knows what to store: the bytes stay in memory,
+    off the disk, up to the limit past which no body is a token answer.
     """
 
-    def __init__(self, writer: BlobWriter, window: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self, writer: BlobWriter, window: tuple[int, int] | None = None, *, hold: bool = False
+    ) -> None:
         self.writer = writer
         self.chunks = 0
         self.failure: StoreError | None = None
         self.window = window
         self._position = 0
         self._part: list[bytes] = []
+        self._held: list[bytes] | None = [] if hold else None
+        self._held_size = 0
 
     def __call__(self, chunk: bytes) -> bytes:
         if chunk and self.failure is None:
-            try:
-                self.writer.update(chunk)
-            except StoreError as exc:
-                self.failure = exc  # update() aborted the writer
+            self._store(chunk)
             self.chunks += 1
         if self.window is None:
             return chunk
@@ -107,6 +116,35 @@ class _Tee:
         low, high = self.window
         self._part.append(chunk[max(low - start, 0) : max(min(high, end) - start, 0)])
         return b""
+
+    def _store(self, chunk: bytes) -> None:
+        if self._held is not None:
+            self._held.append(chunk)
+            self._held_size += len(chunk)
+            if self._held_size <= TOKEN_ANSWER_LIMIT:
+                return
+            chunk, self._held = b"".join(self._held), None  # too long for a token answer
+        try:
+            self.writer.update(chunk)
+        except StoreError as exc:
+            self.failure = exc  # update() aborted the writer
+
+    def release(self, content_encoding: str | None) -> str | None:
+        """At the end of the body, store what was held: a token answer redacted, anything
+        else as it came. The redaction made (``"token"``), or None."""
+        held, self._held = self._held, None
+        if held is None or self.failure is not None:
+            return None
+        data = b"".join(held)
+        redacted = redacted_token_answer(data, content_encoding)
+        stored = data if redacted is None else redacted
+        if stored:
+            try:
+                self.writer.update(stored)
+            except StoreError as exc:
+                self.failure = exc
+                return None
+        return None if redacted is None else "token"
 
 
 class Record:
@@ -265,7 +303,12 @@ class Record:
         assert self.book is not None
         fetch = self.book.kept_answer(key)
         answers = self.answers
-        if fetch is None or answers is None or not answers.store.contains(fetch.digest):
+        if (
+            fetch is None
+            or fetch.redacted is not None  # the client needs a real token: ask the origin
+            or answers is None
+            or not answers.store.contains(fetch.digest)
+        ):
             return False
         try:
             await answers.verified.verify(fetch.digest, fetch.size)
@@ -305,6 +348,7 @@ class Record:
             return
         original = list(response.headers.items(multi=True))
         flow.metadata[_ORIGINAL] = (response.status_code, original)
+        hold = may_be_token_answer(flow.request.method, response.headers.get("content-length"))
         response.headers = http.Headers(
             tuple(
                 (name.encode(), value.encode("utf-8", "surrogateescape"))
@@ -317,7 +361,7 @@ class Record:
                 )
             )
         )
-        tee = _Tee(writer, _answer_range(flow))
+        tee = _Tee(writer, _answer_range(flow), hold=hold)
         flow.metadata[_WRITER] = tee
         response.stream = tee
 
@@ -342,6 +386,8 @@ class Record:
             return
         if tee.chunks == 0 and response.raw_content:
             tee(response.raw_content)  # a body mitmproxy did not stream
+        status, headers = flow.metadata.get(_ORIGINAL, (response.status_code, []))
+        redacted = tee.release(_header(headers, "content-encoding"))
         if tee.failure is not None:
             self._unstored(flow, key, tee.failure)
             return
@@ -354,7 +400,6 @@ class Record:
         except BaseException:
             tee.writer.abort()
             raise
-        status, headers = flow.metadata.get(_ORIGINAL, (response.status_code, []))
         fetch = fetch_from_answer(
             key,
             status=status,
@@ -363,6 +408,7 @@ class Record:
             size=size,
             rules=self.rules,
             keep=self.keep_headers,
+            redacted=redacted,
         )
         book.recorded(fetch)
         dropped = unclean_headers(headers, self.keep_headers)
@@ -444,6 +490,11 @@ def _answer_range(flow: http.HTTPFlow) -> tuple[int, int] | None:
         response.headers["content-length"] = str(part.length)
         return (part.start, part.end + 1)
     return None
+
+
+def _header(headers: list[tuple[str, str]], name: str) -> str | None:
+    """The first value of header ``name`` (lower case) in ``headers``, any case."""
+    return next((value for key, value in headers if key.lower() == name), None)
 
 
 def _is_address(host: str) -> bool:

@@ -22,6 +22,11 @@ SECRET_HEADERS: frozenset[str] = frozenset(
 )
 """Header names (lowercase) that never reach a lock, a log or the store."""
 
+ANY_ACCEPT = "*"
+"""The ``accept`` of a key made where ``Accept`` selects nothing (``fetchproxy.toml``'s
+``[fetchproxy] accept-selects-nothing``): the entry answers a request with any ``Accept``, or
+none. No request's own ``Accept`` normalizes to it (``*`` alone, like ``*/*``, is left out)."""
+
 _TOKEN_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _OWS = " \t"  # HTTP optional whitespace
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\ud800-\udfff]")
@@ -87,8 +92,13 @@ def normalize_request(
     headers: Iterable[tuple[str, str]] = (),
     body_digest: Digest | None = None,
     secret_params: Collection[str] = DEFAULT_SECRET_PARAMS,
+    accept_selects: bool = True,
 ) -> RequestKey:
-    """The key of a request; of ``headers`` only ``Accept`` and ``Git-Protocol`` can be in it."""
+    """The key of a request; of ``headers`` only ``Accept`` and ``Git-Protocol`` can be in it.
+
+    ``accept_selects=False``: at this URL ``Accept`` selects nothing, and the key's ``accept``
+    is :data:`ANY_ACCEPT` whatever the request sent.
+    """
     if not _TOKEN_RE.fullmatch(method):
         raise InvalidMethodError(
             f"invalid method {method[:40]!r} for URL "
@@ -113,10 +123,11 @@ def normalize_request(
             accepts.append(value)
         elif lower == "git-protocol":
             git_protocols.append(value)
+    accept = normalize_accept(",".join(accepts)) if accepts else None
     return RequestKey(
         method=method,
         url=normalize_url(url, secret_params=secret_params),
-        accept=normalize_accept(",".join(accepts)) if accepts else None,
+        accept=accept if accept_selects else ANY_ACCEPT,
         git_protocol=normalize_git_protocol(":".join(git_protocols)) if git_protocols else None,
         body_digest=body_digest,
     )

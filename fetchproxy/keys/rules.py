@@ -31,6 +31,7 @@ from fetchproxy.errors import FetchproxyError
 from fetchproxy.keys.bodies import decoded_body
 from fetchproxy.keys.gitbody import canonical_body
 from fetchproxy.keys.intercepted import is_synthetic
+from fetchproxy.keys.patterns import URLPattern
 from fetchproxy.keys.request import RequestKey, normalize_request
 from fetchproxy.keys.url import (
     DEFAULT_SECRET_PARAMS,
@@ -88,13 +89,33 @@ class RawRequest:
 
 
 class KeyRules:
-    """How one project's requests become keys: the built-in rules and its ``fetchproxy.toml``."""
+    """How one project's requests become keys: the built-in rules and its ``fetchproxy.toml``.
 
-    def __init__(self, *, secret_params: Collection[str] = DEFAULT_SECRET_PARAMS) -> None:
+    ``accept_selects_nothing``: where ``Accept`` is not part of the key (the servers answer
+    every ``Accept`` alike, e.g. a cargo sparse index that cargo 1.65 asks with ``*/*`` and
+    cargo 1.95 with ``text/plain``); the key then says so with ``accept = "*"``
+    (:data:`~fetchproxy.keys.request.ANY_ACCEPT`), so the lock tells how it was keyed.
+    """
+
+    def __init__(
+        self,
+        *,
+        secret_params: Collection[str] = DEFAULT_SECRET_PARAMS,
+        accept_selects_nothing: Sequence[URLPattern] = (),
+    ) -> None:
         self.secret_params = frozenset(secret_params)
+        self.accept_selects_nothing = tuple(accept_selects_nothing)
 
     def __repr__(self) -> str:
-        return f"KeyRules(secret_params={sorted(self.secret_params)})"
+        patterns = [p.text for p in self.accept_selects_nothing]
+        return (
+            f"KeyRules(secret_params={sorted(self.secret_params)}, "
+            f"accept_selects_nothing={patterns})"
+        )
+
+    def accept_selects(self, url: str) -> bool:
+        """Whether ``Accept`` is part of the key of the normalized ``url``."""
+        return not any(pattern.matches(url) for pattern in self.accept_selects_nothing)
 
     def key(self, request: RawRequest) -> RequestKey:
         """The key of ``request``.
@@ -115,6 +136,7 @@ class KeyRules:
             headers=request.headers,
             body_digest=body_digest,
             secret_params=self.secret_params,
+            accept_selects=not self.accept_selects_nothing or self.accept_selects(self.url(url)),
         )
 
     def url(self, url: str) -> str:

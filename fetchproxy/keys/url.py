@@ -30,6 +30,7 @@ DEFAULT_SECRET_PARAMS: frozenset[str] = frozenset(
         "X-Amz-Security-Token",  # ... made with temporary (STS) credentials
         "X-Goog-Signature",  # Google Cloud Storage V4 signed URLs
         "X-Goog-Credential",
+        "account",  # the user name of Basic credentials, in Docker's token requests
     }
 )
 """Query parameters removed from every key, matched case-insensitively."""

@@ -7,6 +7,8 @@ command-line flags that one CI job could forget::
     [fetchproxy]
     # query parameters removed from every key, in addition to the built-in list
     secret-params = ["session", "X-Signed"]
+    # where Accept selects nothing, so it is not part of the key (host[:port][/path])
+    accept-selects-nothing = ["index.crates.io", "*.example.net/simple/"]
 
     [record]
     # the origins record may reach (host or host:port, "*." for subdomains); none: any origin
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fetchproxy.errors import FetchproxyError
+from fetchproxy.keys.patterns import URLPattern, URLPatternError
 from fetchproxy.keys.rules import KeyRules
 from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS
 from fetchproxy.lock.model import NEVER_KEPT
@@ -62,6 +65,7 @@ class Setting:
 
 SETTINGS = (
     Setting("fetchproxy", "secret-params", '["session", "X-Signed"]'),
+    Setting("fetchproxy", "accept-selects-nothing", '["index.crates.io", "*.example.net/simple/"]'),
     Setting("record", "allow", '["files.example.org", "*.example.net:8443"]'),
     Setting("record", "headers", '["etag", "last-modified"]'),
     Setting("sandbox", "writable", '["~/.cache/pip", "build-cache"]'),
@@ -75,6 +79,8 @@ _TABLES = tuple(dict.fromkeys(s.table for s in SETTINGS))
 class Config:
     secret_params: frozenset[str] = DEFAULT_SECRET_PARAMS
     """The built-in secret parameters plus the project's."""
+    accept_selects_nothing: tuple[URLPattern, ...] = ()
+    """``[fetchproxy] accept-selects-nothing``: where ``Accept`` is not part of the key."""
     allow: tuple[str, ...] = ()
     """``[record] allow``: the origin patterns record may reach."""
     headers: tuple[str, ...] = ()
@@ -88,7 +94,9 @@ class Config:
     @property
     def rules(self) -> KeyRules:
         """How this project's requests become keys."""
-        return KeyRules(secret_params=self.secret_params)
+        return KeyRules(
+            secret_params=self.secret_params, accept_selects_nothing=self.accept_selects_nothing
+        )
 
 
 def config_path_for(lock: Path) -> Path:
@@ -157,6 +165,9 @@ def parse_config(text: str, *, path: Path) -> Config:
             raise ConfigError(str(exc)) from None
     return Config(
         secret_params=DEFAULT_SECRET_PARAMS | frozenset(values.get("fetchproxy.secret-params", ())),
+        accept_selects_nothing=_patterns(
+            values.get("fetchproxy.accept-selects-nothing", ()), path, line_of
+        ),
         allow=values.get("record.allow", ()),
         headers=_headers(values.get("record.headers", ()), path, line_of),
         writable=tuple(_path(base, p) for p in values.get("sandbox.writable", ())),
@@ -181,6 +192,22 @@ def _headers(
                 f"{path}:{line_of('record', 'headers')}: record.headers: {name!r} {why}"
             )
     return lowered
+
+
+def _patterns(
+    texts: tuple[str, ...], path: Path, line_of: Callable[[str | None, str], int]
+) -> tuple[URLPattern, ...]:
+    """``[fetchproxy] accept-selects-nothing``: URL patterns, each checked."""
+    patterns = []
+    for text in texts:
+        try:
+            patterns.append(URLPattern.parse(text))
+        except URLPatternError as exc:
+            raise ConfigError(
+                f"{path}:{line_of('fetchproxy', 'accept-selects-nothing')}: "
+                f"fetchproxy.accept-selects-nothing: {exc}"
+            ) from None
+    return tuple(patterns)
 
 
 def _path(base: Path, value: str) -> Path:

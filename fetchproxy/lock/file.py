@@ -27,7 +27,6 @@ from fetchproxy.files import write_atomic
 from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.model import (
     FIELDS,
-    HEADERS_REVISION,
     REVISION,
     VERSION,
     DuplicateFetchError,
@@ -37,6 +36,7 @@ from fetchproxy.lock.model import (
     LockValue,
     UnsortedFetchError,
     checked_headers,
+    revision_of,
 )
 from fetchproxy.lock.toml import BARE_KEY_RE, toml_basic_string, toml_key, toml_spelling
 from fetchproxy.text import printable
@@ -67,8 +67,9 @@ class LockFileError(FetchproxyError, ValueError):
 def render_lock(lock: Lock) -> str:
     """The canonical text of ``lock``: the lowest revision that holds what it uses."""
     parts = [HEADER, f"version = {VERSION}\n"]
-    if any(entry.headers for entry in lock.fetches):
-        parts.append(f"revision = {HEADERS_REVISION}\n")
+    revision = revision_of(lock)
+    if revision is not None:
+        parts.append(f"revision = {revision}\n")
     for entry in lock.fetches:
         parts.append("\n")
         parts.append(render_fetch(entry))
@@ -298,12 +299,16 @@ _TABLE_RE = re.compile(
     rf"(?:location = {_STR}\n)?"
     rf"digest = {_DIGEST}\n"
     rf"size = {_INT}\n"
+    rf"(?:redacted = \"(token)\"\n)?"
     rf"(?:content-type = {_STR}\n)?"
     rf"(?:content-encoding = {_STR}\n)?"
     rf"(?:content-disposition = {_STR}\n)?"
     rf"(?:content-length = {_INT}\n)?"
     rf"(?:\n\[fetch\.headers\]\n((?:[a-z0-9_-]+ = {_ESCAPED}\n)+))?"
 )
+
+
+_REVISION_LINE_RE = re.compile(rf"revision = [2-{REVISION}]\n")
 
 
 def _parse_exact(text: str) -> list[Fetch] | None:
@@ -316,9 +321,9 @@ def _parse_exact(text: str) -> list[Fetch] | None:
     if not text.startswith(head):
         return None
     position = len(head)  # each table match starts with the blank line before [[fetch]]
-    revision = f"revision = {HEADERS_REVISION}\n"
-    if text.startswith(revision, position):
-        position += len(revision)
+    revision = _REVISION_LINE_RE.match(text, position)
+    if revision is not None:
+        position = revision.end()
     entries: list[Fetch] = []
     append = entries.append
     match_at = _TABLE_RE.match
@@ -337,6 +342,7 @@ def _parse_exact(text: str) -> list[Fetch] | None:
             location,
             digest,
             size,
+            redacted,
             ctype,
             cenc,
             cdisp,
@@ -366,6 +372,7 @@ def _parse_exact(text: str) -> list[Fetch] | None:
                 location=location,
                 digest=Digest(digest),
                 size=int(size),
+                redacted=redacted,
                 content_type=ctype,
                 content_encoding=cenc,
                 content_disposition=cdisp,

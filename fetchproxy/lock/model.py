@@ -15,16 +15,21 @@ from typing import Final
 
 from fetchproxy.digest import Digest, parse_digest
 from fetchproxy.errors import FetchproxyError
-from fetchproxy.keys.request import RequestKey, SortKey
+from fetchproxy.keys.request import ANY_ACCEPT, RequestKey, SortKey
 from fetchproxy.lock.toml import toml_spelling
 
 VERSION: Final = 1
 """The lock format version this fetchproxy reads and writes."""
-REVISION: Final = 2
+REVISION: Final = 3
 """The newest revision of version 1 this fetchproxy reads: revisions add optional fields, and a
 lock names the lowest one that holds what it uses (docs/lock-format.md, "Changes")."""
 HEADERS_REVISION: Final = 2
 """The revision that brought ``[fetch.headers]``."""
+ANY_ACCEPT_REVISION: Final = 3
+"""The revision that brought ``accept = "*"`` (keyed where Accept selects nothing) and the
+``redacted`` field (a token answer stored with its credentials replaced)."""
+REDACTIONS: Final = ("token",)
+"""What a ``redacted`` field may say was replaced in the stored body (fetchproxy.record.tokens)."""
 MIN_STATUS: Final = 200
 MAX_STATUS: Final = 499
 """The statuses record locks: final answers below 500 (fetchproxy.record.rules.is_recordable)."""
@@ -89,6 +94,7 @@ FIELDS: Final = (
     _answer("location"),
     _answer("digest", required=True),
     _answer("size", int, required=True),
+    _answer("redacted"),
     _answer("content-type"),
     _answer("content-encoding"),
     _answer("content-disposition"),
@@ -132,6 +138,9 @@ class Fetch:
     location: str | None = None
     digest: Digest
     size: int
+    redacted: str | None = None
+    """``token``: the body is the origin's token answer with its credentials replaced
+    (:mod:`fetchproxy.record.tokens`); the digest is of the bytes stored, not of those sent."""
     content_type: str | None = None
     content_encoding: str | None = None
     content_disposition: str | None = None
@@ -252,6 +261,13 @@ def _checked(values: dict[str, object]) -> Fetch:
                 f"{toml_spelling(text)} has a line break or NUL in it, which no header value "
                 "can hold",
             )
+    redacted = values.get("redacted")
+    if redacted is not None and redacted not in REDACTIONS:
+        raise _BadValueError(
+            "redacted",
+            f"{toml_spelling(redacted)} is not a redaction fetchproxy makes "
+            f"({', '.join(REDACTIONS)})",
+        )
     headers = values.get("headers")
     if headers is not None:
         assert isinstance(headers, dict)
@@ -384,6 +400,15 @@ class Lock:
         """The bytes of every distinct blob the lock refers to."""
         sizes = {f.digest: f.size for f in self.fetches}
         return sum(sizes.values())
+
+
+def revision_of(lock: Lock) -> int | None:
+    """The lowest revision that holds what ``lock`` uses (None: the first, written as none)."""
+    if any(f.redacted is not None or f.key.accept == ANY_ACCEPT for f in lock.fetches):
+        return ANY_ACCEPT_REVISION
+    if any(f.headers for f in lock.fetches):
+        return HEADERS_REVISION
+    return None
 
 
 def _index_of(entries: tuple[Fetch, ...]) -> dict[SortKey, Fetch]:

@@ -85,6 +85,8 @@ class RecordStats:
     """Requests fetchproxy answered itself instead of forwarding (invalid, not allowed)."""
     headers_not_kept: int = 0
     """Answers locked without a header whose value was not clean text."""
+    redacted: int = 0
+    """Token answers locked with their credentials replaced (fetchproxy.record.tokens)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +219,7 @@ class RecordBook:
         if previous is None:
             self.stats.recorded += 1
             self.stats.bytes += fetch.size
+            self.stats.redacted += fetch.redacted is not None
         self.fetches[key] = fetch
 
     def _unjournaled(self, key: RequestKey, exc: OSError) -> None:

@@ -65,12 +65,15 @@ def fetch_from_answer(
     size: int,
     rules: KeyRules,
     keep: frozenset[str] = KEPT_HEADERS,
+    redacted: str | None = None,
 ) -> Fetch:
     """The lock entry for an origin's answer to the request ``key``.
 
     ``headers`` are the answer's headers, any case (the first of a field's own headers wins;
     the others' repeats are joined with ``, ``, as HTTP allows for lists); ``digest`` and
-    ``size`` describe the body exactly as the origin sent it. A value that is not clean text
+    ``size`` describe the body exactly as the origin sent it — or, with ``redacted``
+    (``"token"``), the token answer stored in its place (:mod:`fetchproxy.record.tokens`),
+    decoded, so without the origin's ``content-encoding``. A value that is not clean text
     (:func:`unclean_headers`) is not kept.
     """
     kept: dict[str, str] = {}
@@ -95,8 +98,9 @@ def fetch_from_answer(
         location=location,
         digest=digest,
         size=size,
+        redacted=redacted,
         content_type=kept.get("content-type"),
-        content_encoding=kept.get("content-encoding"),
+        content_encoding=None if redacted else kept.get("content-encoding"),
         content_disposition=kept.get("content-disposition"),
         content_length=content_length,
         headers=tuple(sorted((name, ", ".join(values)) for name, values in extra.items())),

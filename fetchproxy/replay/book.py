@@ -24,7 +24,7 @@ from fetchproxy.lock.model import Fetch, Lock
 from fetchproxy.provenance.entry import entry_from_fetch
 from fetchproxy.provenance.fetchset import fetch_set_digest
 from fetchproxy.provenance.statement import LockReference
-from fetchproxy.replay.decisions import NOT_HTTP, nearest
+from fetchproxy.replay.decisions import NOT_HTTP, accept_hint, nearest
 from fetchproxy.store import Store
 
 logger = logging.getLogger("fetchproxy.replay")
@@ -107,6 +107,9 @@ class ReplayBook:
         once in it was asked for, whatever its count."""
         self.refused: list[RequestKey] = []
         """The first refused requests, for the summary (all of them are in the event log)."""
+        self.hints: dict[RequestKey, str] = {}
+        """What to do about a refused request, where the lock shows it (its nearest entry
+        differs only in ``accept``)."""
         self.refused_unkeyed = 0
         """Refusals of what had no key: invalid requests, non-HTTP traffic."""
         self._closed = False
@@ -155,12 +158,16 @@ class ReplayBook:
         self.stats.refused += 1
         if len(self.refused) < SHOWN_REFUSALS:
             self.refused.append(key)
+        hint: str | None = None
         if self.lock.lookup(key) is not None:
             self.used.add(key)
             near = None
         else:
             near = nearest(self.lock, key)
-        self.events.refused(key, reason=reason, nearest=near, error=error)
+            hint = accept_hint(key, near)
+        if hint is not None:
+            self.hints.setdefault(key, hint)
+        self.events.refused(key, reason=reason, nearest=near, hint=hint, error=error)
 
     def revoke(
         self, key: RequestKey, body_bytes: int, *, reason: str, error: str | None = None

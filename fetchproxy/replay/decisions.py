@@ -11,9 +11,9 @@ import bisect
 import http
 from dataclasses import dataclass
 
-from fetchproxy.keys.request import RequestKey
+from fetchproxy.keys.request import ANY_ACCEPT, RequestKey
 from fetchproxy.keys.rules import HostMismatchError, UnnamedServerError
-from fetchproxy.lock.model import Fetch, Lock
+from fetchproxy.lock.model import KEY_FIELDS, Fetch, Lock
 from fetchproxy.replay.ranges import ByteRange, Unsatisfiable, parse_range
 from fetchproxy.store import CorruptBlobError, StoreError
 from fetchproxy.text import printable
@@ -160,7 +160,8 @@ def _refusal_text(key: RequestKey, *, lock_name: str, reason: str = NOT_IN_LOCK)
 
 
 def nearest(lock: Lock, key: RequestKey) -> Fetch | None:
-    """The lock entry most like ``key``: the longest shared URL prefix, then the same method.
+    """The lock entry most like ``key``: the longest shared URL prefix, then the same URL (not
+    a longer one), then the same method, then the same ``accept``.
 
     Entries are sorted by URL, so the longest common prefix is at a neighbour of the spot
     where ``key`` would be inserted.
@@ -171,9 +172,10 @@ def nearest(lock: Lock, key: RequestKey) -> Fetch | None:
     position = bisect.bisect_left(fetches, key.sort_key(), key=Fetch.sort_key)
     candidates = fetches[max(position - 2, 0) : position + 2]
 
-    def likeness(entry: Fetch) -> tuple[int, bool, bool]:
+    def likeness(entry: Fetch) -> tuple[int, bool, bool, bool]:
         return (
             _common_prefix(entry.key.url, key.url),
+            entry.key.url == key.url,
             entry.key.method == key.method,
             entry.key.accept == key.accept,
         )
@@ -191,3 +193,45 @@ def _common_prefix(a: str, b: str) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def key_differences(key: RequestKey, other: RequestKey) -> list[str]:
+    """The lock fields (``url``, ``accept``, …) in which two keys differ, in format order."""
+    return [f.name for f in KEY_FIELDS if getattr(key, f.attr) != getattr(other, f.attr)]
+
+
+def accept_hint(key: RequestKey, near: Fetch | None) -> str | None:
+    """What to do about a refused request whose nearest lock entry differs only in ``accept``
+    (None: it differs in more, or there is none).
+
+    A client's ``Accept`` is part of the key because it can select another answer; but two
+    versions of one tool often send different values to a server that answers every value
+    alike (cargo 1.65 ``*/*``, cargo 1.95 ``text/plain``), and then a lock recorded with one
+    is refused to the other. The hint names the setting that says so, ready to paste.
+    """
+    if near is None or key_differences(key, near.key) != ["accept"]:
+        return None
+    where = f"{near.key.method} {near.key.url}"
+    if near.key.accept == ANY_ACCEPT:
+        return (
+            f"the lock holds {where} for any Accept (recorded with fetchproxy.toml's "
+            "[fetchproxy] accept-selects-nothing naming it), but this run's fetchproxy.toml "
+            "does not name it: replay with the fetchproxy.toml the lock was recorded with"
+        )
+    if key.accept == ANY_ACCEPT:
+        return (
+            f"this run's fetchproxy.toml says Accept selects nothing at {key.url}, but the "
+            f"lock holds it with {_accept_shown(near.key.accept)} (recorded without that "
+            "setting): record again with this fetchproxy.toml"
+        )
+    return (
+        f"the lock holds {where} with {_accept_shown(near.key.accept)}, and this request has "
+        f"{_accept_shown(key.accept)}: the only difference is the Accept header, so another "
+        "client, or another version of it, made the lock. Record again with this one; or, if "
+        "Accept selects nothing there, run `fetchproxy config add "
+        f"fetchproxy.accept-selects-nothing {key.host}` and record again"
+    )
+
+
+def _accept_shown(accept: str | None) -> str:
+    return "no Accept (or */*)" if accept is None else f'accept = "{accept}"'

@@ -2,7 +2,8 @@
 
 Per run: a private directory (:mod:`fetchproxy.run.rundir`) with a fresh ephemeral CA whose
 key never leaves it; the sandbox (:mod:`fetchproxy.sandbox`); the proxy, listening where the
-build can reach it and nowhere else; the build, with the proxy and CA variables set
+build can reach it and nowhere else; the build, with the proxy and CA variables set and its
+files in /run/fetchproxy/ — the CA bundle, a Java trust store, an apt configuration, a wgetrc
 (:mod:`fetchproxy.run.buildenv`); and when it ends, the outcome (:mod:`fetchproxy.run.outcome`).
 Where the proxy listens depends on the sandbox (``--sandbox``,
 :func:`~fetchproxy.sandbox.available_sandbox`):
@@ -42,7 +43,7 @@ from fetchproxy.lock.eventlog import default_log_path
 from fetchproxy.lock.journal import journal_path
 from fetchproxy.record.origins import OriginPolicy
 from fetchproxy.record.rules import KEPT_HEADERS
-from fetchproxy.run.buildenv import build_environment, wgetrc_text
+from fetchproxy.run.buildenv import build_setup
 from fetchproxy.run.dnsstub import DnsStub, SyntheticNames
 from fetchproxy.run.engines import ProxyRun, open_run
 from fetchproxy.run.imports import ImportGuard, preload
@@ -289,21 +290,21 @@ async def _build(
     proxy_host: str,
 ) -> int:
     """Run the build in ``sandbox`` through ``proxy``; the run's exit status."""
-    ca_path = f"{_INSIDE}/ca-bundle.pem"
-    env = build_environment(
+    setup = build_setup(
         os.environ,
-        proxy_url=f"http://{proxy_host}:{PROXY_PORT}",
-        ca_bundle=ca_path,
-        wgetrc=f"{_INSIDE}/wgetrc",
+        proxy_host=proxy_host,
+        proxy_port=PROXY_PORT,
+        directory=_INSIDE,
+        bundle=bundle,
+        apt_as_root=isinstance(sandbox, UserSandbox),
     )
-    files = {"ca-bundle.pem": bundle, "wgetrc": wgetrc_text(ca_path).encode()}
     preload(mitmproxy=not proxy.settings.direct)
     try:
         build = sandbox.spawn(
             request.argv,
-            env=env,
+            env=setup.env,
             cwd=Path.cwd(),
-            files=files,
+            files=setup.files,
             writable=[_absolute(p) for p in request.writable],
             protected=[_absolute(p) for p in request.protected()],
             fresh_home=request.fresh_home,
@@ -327,19 +328,17 @@ async def _run_unsandboxed(request: RunRequest, confdir: Path, tmp: Path, bundle
     proxy = open_run(request.settings(confdir, "127.0.0.1", 0, isolation="none"))
     host, port = (await proxy.start())[0]
     try:
-        ca_path = tmp / "ca-bundle.pem"
-        ca_path.write_bytes(bundle)
-        wgetrc = tmp / "wgetrc"
-        wgetrc.write_text(wgetrc_text(str(ca_path)))
-        env = build_environment(
+        setup = build_setup(
             os.environ,
-            proxy_url=f"http://{host}:{port}",
-            ca_bundle=str(ca_path),
-            wgetrc=str(wgetrc),
+            proxy_host=host,
+            proxy_port=port,
+            directory=str(tmp / "files"),
+            bundle=bundle,
         )
+        _place_files(tmp, setup.files)
         preload(mitmproxy=not proxy.settings.direct)
         try:
-            process = await asyncio.create_subprocess_exec(*request.argv, env=env)
+            process = await asyncio.create_subprocess_exec(*request.argv, env=setup.env)
         except OSError as exc:
             await proxy.stop()
             return _cannot_run(request, proxy, exc.errno, exc.strerror or str(exc))
@@ -348,6 +347,20 @@ async def _run_unsandboxed(request: RunRequest, confdir: Path, tmp: Path, bundle
     finally:
         await proxy.stop()
     return build_outcome(proxy, status)
+
+
+def _place_files(tmp: Path, files: dict[str, bytes]) -> None:
+    """The build's files in ``tmp/files``, readable by every user: apt, run as root, downloads
+    as ``_apt``, which must read the CA bundle. The run's directory becomes traversable (0711,
+    not listable); its CA key stays in the 0700 directory ``ca``."""
+    directory = tmp / "files"
+    directory.mkdir(mode=0o755)
+    directory.chmod(0o755)
+    for name, data in files.items():
+        path = directory / name
+        path.write_bytes(data)
+        path.chmod(0o444)
+    tmp.chmod(0o711)
 
 
 def _absolute(path: Path) -> Path:

@@ -166,6 +166,9 @@ def record_summary(book: RecordBook, *, lock: Path, written: bool = True) -> str
         extras.append(f"{stats.refused} refused by fetchproxy (see the event log)")
     if stats.failed:
         extras.append(f"{stats.failed} failed")
+    if stats.redacted:
+        answers = counted(stats.redacted, "token answer", "token answers")
+        extras.append(f'{answers} locked with the tokens replaced (redacted = "token")')
     if stats.headers_not_kept:
         extras.append(f"{stats.headers_not_kept} locked without a header that was not clean text")
     if stats.unstored:
@@ -180,7 +183,10 @@ def replay_summary(replay: ReplayBook, *, lock: Path) -> str:
         f"({human_bytes(stats.bytes)}) "
         f"from {lock}; refused {stats.refused}"
     ]
-    lines.extend(f"fetchproxy:   refused {k.method} {k.url}" for k in replay.refused)
+    for key in replay.refused:
+        lines.append(f"fetchproxy:   refused {key.method} {key.url}")
+        if key in replay.hints:
+            lines.append(f"fetchproxy:     {replay.hints[key]}")
     hidden = stats.refused - replay.refused_unkeyed - len(replay.refused)
     if hidden > 0:
         lines.append(f"fetchproxy:   ... and {hidden} more (see the event log)")

@@ -18,7 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,14 +48,19 @@ UPLOAD_PACK_REQUEST = "application/x-git-upload-pack-request"
 
 
 def fetchproxy(
-    work: Path, store: Path, *args: str | Path, env: Mapping[str, str] = {}
+    work: Path,
+    store: Path,
+    *args: str | Path,
+    env: Mapping[str, str] = {},
+    prefix: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """``fetchproxy ARGS`` run from ``work``, with a build environment free of local config."""
+    """``fetchproxy ARGS`` run from ``work`` (after ``prefix``), with a build environment free
+    of local config."""
     base = {
         k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PIP_", "FETCHPROXY_"))
     }
     return subprocess.run(
-        [sys.executable, "-m", "fetchproxy", *with_test_origins([str(a) for a in args])],
+        [*prefix, sys.executable, "-m", "fetchproxy", *with_test_origins([str(a) for a in args])],
         cwd=work,
         stdin=subprocess.DEVNULL,
         capture_output=True,

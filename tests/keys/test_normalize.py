@@ -130,7 +130,7 @@ URL_CASES = [
     (
         "http://h/?TOKEN=1&Access_Token=2&API_KEY=3&sig=4&Signature=5&x-amz-signature=6"
         "&x-amz-credential=7&X-Goog-Signature=8&x-goog-credential=9&client_secret=10"
-        "&private_token=11&keep=12",
+        "&private_token=11&Account=fp&keep=12",
         "http://h/?keep=12",
     ),
 ]

@@ -30,7 +30,7 @@ def test_project_secret_params_add_to_the_built_in_ones(tmp_path: Path) -> None:
         (
             '[fetchproxy]\nsecret-param = ["session"]\n',
             "fetchproxy.toml:2: fetchproxy.secret-param: unknown setting — the settings of "
-            "[fetchproxy] are secret-params",
+            "[fetchproxy] are secret-params, accept-selects-nothing",
         ),
         (
             '[fetchproxy]\nsecret-params = "session"\n',

@@ -67,7 +67,8 @@ def test_a_file_every_run_refuses_is_not_edited(tmp_path: Path) -> None:
 
 
 def test_an_unknown_setting_lists_the_settings() -> None:
-    with pytest.raises(ConfigError, match=r"the settings are fetchproxy\.secret-params, record"):
+    settings = r"the settings are fetchproxy\.secret-params, fetchproxy\.accept-selects-nothing, "
+    with pytest.raises(ConfigError, match=settings + "record"):
         setting_named("record.alow")
 
 

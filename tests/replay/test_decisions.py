@@ -6,8 +6,10 @@ from fetchproxy.digest import Digest, digest_bytes
 from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.model import Fetch, Lock
 from fetchproxy.replay.decisions import (
+    accept_hint,
     answer_for,
     invalid_request,
+    key_differences,
     nearest,
     refusal,
     store_refusal,
@@ -110,6 +112,48 @@ def test_nearest_is_the_longest_shared_prefix_on_the_same_host() -> None:
     assert nearest(lock, key) == fetch("https://example.org/pkg/a-1.0.tgz")
     assert nearest(lock, RequestKey(method="GET", url="https://new.org/pkg/a-1.1.tgz")) is None
     assert nearest(Lock(), key) is None
+
+
+def test_a_refusal_whose_nearest_entry_differs_only_in_accept_says_what_to_do() -> None:
+    """A lock recorded by cargo 1.95 (``Accept: text/plain``), replayed by cargo 1.65 (``*/*``)."""
+    url = "https://crates.example.org/index/config.json"
+    lock = Lock.from_fetches([fetch(url, accept="text/plain"), fetch(url + "x")])
+    key = RequestKey(method="GET", url=url)
+    near = nearest(lock, key)
+    assert near is not None
+    assert key_differences(key, near.key) == ["accept"]
+    assert accept_hint(key, near) == (
+        f'the lock holds GET {url} with accept = "text/plain", and this request has no Accept '
+        "(or */*): the only difference is the Accept header, so another client, or another "
+        "version of it, made the lock. Record again with this one; or, if Accept selects "
+        "nothing there, run `fetchproxy config add fetchproxy.accept-selects-nothing "
+        "crates.example.org` and record again"
+    )
+    # the other way round, and when the settings of record and replay differ
+    assert 'this request has accept = "text/plain"' in (
+        accept_hint(RequestKey(method="GET", url=url, accept="text/plain"), fetch(url)) or ""
+    )
+    any_accept = fetch(url, accept="*")
+    assert accept_hint(key, any_accept) == (
+        f"the lock holds GET {url} for any Accept (recorded with fetchproxy.toml's "
+        "[fetchproxy] accept-selects-nothing naming it), but this run's fetchproxy.toml does "
+        "not name it: replay with the fetchproxy.toml the lock was recorded with"
+    )
+    assert accept_hint(RequestKey(method="GET", url=url, accept="*"), fetch(url)) == (
+        f"this run's fetchproxy.toml says Accept selects nothing at {url}, but the lock holds "
+        "it with no Accept (or */*) (recorded without that setting): record again with this "
+        "fetchproxy.toml"
+    )
+
+
+def test_no_accept_hint_when_more_than_accept_differs() -> None:
+    url = "https://crates.example.org/index/config.json"
+    other = fetch(url + "?v=2", accept="text/plain")
+    key = RequestKey(method="GET", url=url)
+    assert key_differences(key, other.key) == ["url", "accept"]
+    assert accept_hint(key, other) is None
+    assert accept_hint(key, None) is None
+    assert accept_hint(key, fetch(url, method="HEAD", accept="text/plain")) is None
 
 
 def test_a_hits_body_bytes_are_counted_alike_before_and_after_its_answer_is_made() -> None:

@@ -79,6 +79,14 @@ def test_unknown_urls_methods_and_representations_are_refused_with_the_nearest_e
     assert rig.get(replayer, "/negotiate", headers={"Accept": "application/json"}).body == JSON_BODY
     assert replayer.stop() == 0
 
+    # the only difference from a lock entry is Accept: the refusal says so, and what to do
+    accept_hint = (
+        f'the lock holds GET {base}/negotiate with accept = "application/json", and this '
+        'request has accept = "text/csv": the only difference is the Accept header, so another '
+        "client, or another version of it, made the lock. Record again with this one; or, if "
+        "Accept selects nothing there, run `fetchproxy config add "
+        f"fetchproxy.accept-selects-nothing {base.removeprefix('https://')}` and record again"
+    )
     assert read_events(rig.paths.log, unused=True) == [
         {
             "event": "refused",
@@ -97,6 +105,7 @@ def test_unknown_urls_methods_and_representations_are_refused_with_the_nearest_e
             "reason": "not-in-lock",
             "key": {"method": "GET", "url": f"{base}/negotiate", "accept": "text/csv"},
             "nearest": {"method": "GET", "url": f"{base}/negotiate", "accept": "application/json"},
+            "hint": accept_hint,
         },
         # at the end, the entries no request used, so closure bloat is visible
         {"event": "unused", "key": {"method": "GET", "url": f"{base}/medium.bin"}},
@@ -107,6 +116,7 @@ def test_unknown_urls_methods_and_representations_are_refused_with_the_nearest_e
         f"fetchproxy:   refused GET {base}/small.txt.bak\n"
         f"fetchproxy:   refused HEAD {base}/small.txt\n"
         f"fetchproxy:   refused GET {base}/negotiate\n"
+        f"fetchproxy:     {accept_hint}\n"
         "fetchproxy: 2 of 3 lock entries went unused\n"
     )
     err = capfd.readouterr().err

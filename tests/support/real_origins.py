@@ -57,12 +57,14 @@ class HTTPSOrigin:
     """``with HTTPSOrigin(directory, respond) as origin:`` serves ``https://127.0.0.2:PORT``.
 
     ``ca_path`` is the CA certificate a recording must trust upstream (``--upstream-ca``).
-    :meth:`stop` stops it for good (the port then refuses connections).
+    ``names``: host names its certificate holds too (for a client that must be given a name,
+    resolved to 127.0.0.2 by a test's own /etc/hosts). :meth:`stop` stops it for good (the
+    port then refuses connections).
     """
 
-    def __init__(self, directory: Path, respond: Respond) -> None:
+    def __init__(self, directory: Path, respond: Respond, *, names: Sequence[str] = ()) -> None:
         ca = generate_ca("fetchproxy real-client test origin CA")
-        cert_pem, key_pem = ca.issue_server_certificate([HOST])
+        cert_pem, key_pem = ca.issue_server_certificate([HOST, *names])
         directory.mkdir(parents=True, exist_ok=True)
         self.ca_path = directory / "origin-ca.pem"
         self.ca_path.write_bytes(ca.cert_pem)

@@ -21,9 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fetchproxy.cli import main
-from fetchproxy.lock.file import load_lock, parse_lock
+from fetchproxy.digest import EMPTY
+from fetchproxy.lock.file import load_lock, parse_lock, render_lock
+from fetchproxy.lock.model import Lock
 from tests.sandbox.conftest import needs_root
 from tests.support.cli import read_events, run_command
+from tests.support.locks import make_fetch
 from tests.support.proxy import REPLAY_ENGINES, ProxyThread, Rig
 from tests.support.raw_origin import RawOrigin, answer
 
@@ -244,6 +247,45 @@ def test_no_user_info_or_fragment_of_a_location_reaches_the_lock(rig: Rig, locat
     assert entry.location is not None
     assert "@" not in entry.location
     assert "#" not in entry.location
+
+
+@pytest.mark.parametrize(
+    ("location", "what"),
+    [
+        ("http://user:SECRET@bad..host/x", "userinfo"),
+        ("https://u:SECRET@127.0.0.2:99999/p", "userinfo"),
+        ("https://bad..host/cb#access_token=SECRET", "a fragment"),
+        ("myapp://callback#access_token=SECRET", "a fragment"),
+        ("myapp://u:SECRET@callback", "userinfo"),
+    ],
+)
+def test_a_lock_whose_location_has_user_info_or_a_fragment_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], location: str, what: str
+) -> None:
+    """A hand-edited (or old) lock with a secret in a ``location`` passed `lock verify`, and
+    `lock show` printed it: every command that loads the lock refuses it, naming the line and
+    what is wrong, never the secret."""
+    lock = tmp_path / "fetchproxy.lock.toml"
+    entry = make_fetch(
+        url="https://files.example.org/r", status=302, location=location, digest=EMPTY, size=0
+    )
+    lock.write_text(render_lock(Lock.from_fetches([entry])))  # the canonical form: the fast path
+    line = lock.read_text().splitlines().index(f'location = "{location}"') + 1
+    commands = [
+        ["lock", "verify", "--lock", str(lock)],
+        ["lock", "show", str(lock)],
+        ["replay", "--lock", str(lock), "--no-sandbox", "--", "true"],
+    ]
+    for argv in commands:
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        out, err = capsys.readouterr()
+        assert "SECRET" not in out + err, argv
+        assert f"{lock}:{line}: fetch[0].location: has {what}," in err, argv
+    edited = "# edited by hand\n" + lock.read_text()  # not the writer's bytes: the slower paths
+    for text in (edited, edited.replace('"\n', '" # \n')):
+        with pytest.raises(ValueError, match=f"^x:{line + 1}: fetch\\[0\\].location: has {what},"):
+            parse_lock(text, path="x")
 
 
 def test_error_texts_quoting_upstream_bytes_are_cut(rig: Rig) -> None:

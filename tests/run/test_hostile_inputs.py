@@ -376,17 +376,28 @@ def test_a_full_lock_directory_is_said_once_and_keeps_the_lock(
 ) -> None:
     """A full disk under the journal gave 20 `Addon error` lines and a traceback."""
     lock = small_disk / "app.lock.toml"
-    recorder = rig.start("record", lock=lock, log=small_disk / "events.jsonl")
+    log = small_disk / "events.jsonl"
+    first = rig.start("record", lock=lock, log=log)
+    assert rig.get(first, "/small.txt").status == 200
+    assert first.stop() == 0
+    before = lock.read_bytes()
+    assert len(load_lock(lock)) == 1
+    caplog.clear()
+    recorder = rig.start("record", lock=lock, log=log)
     filler = small_disk / "filler"
     with filler.open("wb", buffering=0) as fill, contextlib.suppress(OSError):
         while True:
             fill.write(b"\0" * 4096)
     for _ in range(20):
         assert rig.get(recorder, "/small.txt?n=" + os.urandom(4).hex()).status == 200
+    filler.unlink()  # room again by the end: what keeps the lock is the rule, not the disk
     assert recorder.stop() == 1
-    assert not lock.exists()
-    said = [r for r in caplog.records if "No space left on device" in r.getMessage()]
-    assert len({r.getMessage() for r in said}) <= 2  # the journal once; the log once
+    assert lock.read_bytes() == before
+    said = [r.getMessage() for r in caplog.records if "No space left on device" in r.getMessage()]
+    assert len(said) == 2, said  # the journal once; the event log once
+    assert [m.startswith(f"record: cannot write {lock}.journal: ") for m in said] == [True, False]
+    assert said[1].startswith(f"cannot write {log}: ")
+    assert not [r for r in caplog.records if "Addon error" in r.getMessage()]
     assert not [r for r in caplog.records if "Traceback" in r.getMessage()]
 
 

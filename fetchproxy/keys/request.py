@@ -101,7 +101,7 @@ def normalize_request(
     """
     if not _TOKEN_RE.fullmatch(method):
         raise InvalidMethodError(
-            f"invalid method {method[:40]!r} for URL "
+            "invalid method (not an HTTP token) for URL "
             f"'{redact_url(url, secret_params=secret_params)}': a method is an HTTP token "
             "(letters, digits and !#$%&'*+-.^_`|~)"
         )

@@ -309,12 +309,16 @@ _DEFAULT_SECRET_NAMES = _secret_names(tuple(DEFAULT_SECRET_PARAMS))
 
 
 _QUOTED_RE = re.compile(r"b?'(?:[^'\\]|\\.)*'|b?\"(?:[^\"\\]|\\.)*\"", re.DOTALL)
+_HEX_DUMP_RE = re.compile(r"\b[0-9a-fA-F]{32,}\b")
+"""Sixteen bytes or more in hex: no word a message needs, and whatever the client sent."""
 _URL_IN_TEXT_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 
 
 def redact_text(text: str, *, secret_params: Collection[str] = DEFAULT_SECRET_PARAMS) -> str:
     """A message from a third party (mitmproxy, an origin) fit for a log: every quoted value
-    (``b'GET /x?token=…'``, ``'Host: …'``) is cut out, every URL in it redacted. Such messages
-    quote request lines and header values, which may hold credentials."""
+    (``b'GET /x?token=…'``, ``'Host: …'``) and every hex dump (mitmproxy's ``Cannot parse
+    ClientHello: 1603…`` is the client's bytes) is cut out, every URL in it redacted. Such
+    messages quote request lines and header values, which may hold credentials."""
     text = _QUOTED_RE.sub("'…'", text)
+    text = _HEX_DUMP_RE.sub(lambda m: f"<{len(m[0]) // 2} bytes>", text)
     return _URL_IN_TEXT_RE.sub(lambda m: redact_url(m[0], secret_params=secret_params), text)

@@ -36,6 +36,7 @@ from fetchproxy.lock.model import (
     LockValue,
     UnsortedFetchError,
     checked_headers,
+    location_secret,
     revision_of,
 )
 from fetchproxy.lock.toml import BARE_KEY_RE, toml_basic_string, toml_key, toml_spelling
@@ -351,6 +352,8 @@ def _parse_exact(text: str) -> list[Fetch] | None:
         ) = match.groups()
         if accept == "" or gitp == "":
             return None  # the general path names the empty field
+        if location is not None and location_secret(location) is not None:
+            return None  # the general path names the field and its line
         headers: tuple[tuple[str, str], ...] = ()
         if extra is not None:
             try:

@@ -111,6 +111,7 @@ FIELD_NAMES: Final = frozenset(f.name for f in FIELDS)
 _METHOD_RE = re.compile(r"[A-Z][A-Z0-9!#$%&'*+.^_`|~-]*")
 _URL_UNSAFE_RE = re.compile(r"[\x00-\x20\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _LINE_BREAK_RE = re.compile(r"[\r\n\x00]")
+_AUTHORITY_RE = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*:)?//([^/?#]*)")
 RESPONSE_HEADERS: Final = ("content-type", "content-encoding", "content-disposition", "location")
 """The response headers a lock keeps and replay sends back, in that order (the rest are volatile
 or derived)."""
@@ -268,6 +269,14 @@ def _checked(values: dict[str, object]) -> Fetch:
             f"{toml_spelling(redacted)} is not a redaction fetchproxy makes "
             f"({', '.join(REDACTIONS)})",
         )
+    location = values.get("location")
+    if isinstance(location, str) and (secret := location_secret(location)) is not None:
+        # not the value: what is wrong with it may be a credential
+        raise _BadValueError(
+            "location",
+            f"has {secret}, which no lock holds — recording removes it, normalized or not; "
+            "re-record this fetch",
+        )
     headers = values.get("headers")
     if headers is not None:
         assert isinstance(headers, dict)
@@ -279,6 +288,19 @@ def _checked(values: dict[str, object]) -> Fetch:
         raise _BadValueError(empty, "is empty — leave the field out instead") from None
     answer = {f.attr: values[f.name] for f in FIELDS if not f.in_key and f.name in values}
     return Fetch(key=key, **answer)  # type: ignore[arg-type]
+
+
+def location_secret(location: str) -> str | None:
+    """The secret part ``location`` has (``"userinfo"``, ``"a fragment"``), or None.
+
+    A redirect's user info (``user:password@``) and its fragment (OAuth's implicit flow puts
+    ``#access_token=…`` there) never reach a lock, normalized or not."""
+    authority = _AUTHORITY_RE.match(location)
+    if authority is not None and "@" in authority[1]:
+        return "userinfo"
+    if "#" in location:
+        return "a fragment"
+    return None
 
 
 NEVER_KEPT: Final = frozenset(

@@ -430,7 +430,7 @@ class ClientConnection(asyncio.Protocol):
             self._malformed(exc)
             return
         if port is None or not host:
-            self._malformed(HTTPParseError(f"CONNECT {head.target[:100]!r}: no host:port"))
+            self._malformed(HTTPParseError("CONNECT without a port (host:port expected)"))
             return
         self.tunnel = (host, port)
         self._send(self.http.accept_tunnel())

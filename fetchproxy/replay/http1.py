@@ -32,6 +32,7 @@ cap bounds what request bodies can cost."""
 _TOKEN_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _DIGITS_RE = re.compile(r"[0-9]{1,19}")
 _VERSION_RE = re.compile(r"HTTP/1\.[01]")
+_ANY_VERSION_RE = re.compile(r"HTTP/[0-9](?:\.[0-9])?")
 _TARGET_BAD_RE = re.compile(r"[\x00-\x20\x7f]")
 _VALUE_BAD_RE = re.compile(r"[\x00\r\n]")
 _HEADER_LINE = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n]*"
@@ -142,7 +143,9 @@ def parse_head(raw: bytes | bytearray) -> RequestHead:
         )
     method, target, version = parts
     if not _VERSION_RE.fullmatch(version):
-        raise HTTPParseError(f"unsupported HTTP version {version[:20]!r}", 505)
+        # named only when it is one, say HTTP/2.0: the request line may hold anything
+        shown = version if _ANY_VERSION_RE.fullmatch(version) else "a version it is not"
+        raise HTTPParseError(f"unsupported HTTP version {shown} (HTTP/1.1 or 1.0 expected)", 505)
     if _TARGET_BAD_RE.search(target):
         raise HTTPParseError("a control character in the request target")
     headers: list[tuple[str, str]] = []
@@ -210,15 +213,20 @@ def body_framing(head: RequestHead, most: int = MAX_BODY) -> Framing:
         if not codings or codings[-1] != "chunked":
             raise HTTPParseError("a transfer-encoding that does not end in chunked (RFC 9112, 6.3)")
         if codings != ["chunked"]:
-            raise HTTPParseError(f"unsupported transfer-encoding {', '.join(codings)[:60]!r}", 501)
+            # not the value: messages never quote a header value, which may hold a secret
+            raise HTTPParseError("a transfer-encoding other than chunked alone", 501)
         return Framing(chunked=True)
     lengths = {v.strip() for v in lengths_given or ()}
     if len(lengths) != 1 or not _DIGITS_RE.fullmatch(next(iter(lengths))):
-        raise HTTPParseError(f"invalid content-length {', '.join(sorted(lengths))[:40]!r}")
+        what = "differing values" if len(lengths) != 1 else "not a decimal number"
+        raise HTTPParseError(f"invalid content-length ({what})")
     length = int(next(iter(lengths)))
     if length > most:
         raise BodyTooLargeError(head, length, most)
     return Framing(length=length) if length else NO_BODY
+
+
+_BAD_AUTHORITY = "invalid authority (host:port or [IPv6]:port expected)"
 
 
 def split_authority(authority: str) -> tuple[str, int | None]:
@@ -226,16 +234,16 @@ def split_authority(authority: str) -> tuple[str, int | None]:
     if authority.startswith("["):
         end = authority.find("]")
         if end < 0:
-            raise HTTPParseError(f"invalid authority {authority[:100]!r}")
+            raise HTTPParseError(_BAD_AUTHORITY)
         host, rest = authority[1:end], authority[end + 1 :]
         if rest and not (rest.startswith(":") and _DIGITS_RE.fullmatch(rest[1:])):
-            raise HTTPParseError(f"invalid authority {authority[:100]!r}")
+            raise HTTPParseError(_BAD_AUTHORITY)
         return host, int(rest[1:]) if rest else None
     host, colon, port = authority.rpartition(":")
     if not colon:
         return authority, None
     if not _DIGITS_RE.fullmatch(port) or not host or ":" in host:
-        raise HTTPParseError(f"invalid authority {authority[:100]!r}")
+        raise HTTPParseError(_BAD_AUTHORITY)
     return host, int(port)
 
 

@@ -385,12 +385,12 @@ def test_git_protocol_selects_the_answer_and_is_part_of_the_key() -> None:
     [
         (
             "GE T",
-            "invalid method 'GE T' for URL 'http://h/': a method is an HTTP token "
+            "invalid method (not an HTTP token) for URL 'http://h/': a method is an HTTP token "
             "(letters, digits and !#$%&'*+-.^_`|~)",
         ),
         (
             "",
-            "invalid method '' for URL 'http://h/': a method is an HTTP token "
+            "invalid method (not an HTTP token) for URL 'http://h/': a method is an HTTP token "
             "(letters, digits and !#$%&'*+-.^_`|~)",
         ),
     ],

@@ -71,6 +71,11 @@ def test_round_trip_through_dict_keeps_field_order() -> None:
             'fetch[7].location: "/b\\r\\nset-cookie: x" has a line break or NUL in it, which no '
             "header value can hold",
         ),
+        (
+            {"location": "https://u:pw@h/b#t=x"},
+            "fetch[7].location: has userinfo, which no lock holds — recording removes it, "
+            "normalized or not; re-record this fetch",
+        ),
         ({"status": 99}, "fetch[7].status: 99 is not a recordable HTTP status (200-499)"),
         (
             {"status": 101},

@@ -56,7 +56,7 @@ REQUEST_LINE = "not an HTTP/1.1 request line ({} fields; METHOD SP TARGET SP HTT
         (b"GET /a", 400, REQUEST_LINE.format(2)),
         (b"GET  /a?token=SECRET HTTP/1.1", 400, REQUEST_LINE.format(4)),
         (b"G(T /a HTTP/1.1", 400, REQUEST_LINE.format(3)),
-        (b"GET /a HTTP/2.0", 505, "unsupported HTTP version 'HTTP/2.0'"),
+        (b"GET /a HTTP/2.0", 505, "unsupported HTTP version HTTP/2.0 (HTTP/1.1 or 1.0 expected)"),
         (b"GET /a HTTP/1.1\r\nno colon", 400, "line 2 of the request head is not a header line"),
         (
             b"GET /a HTTP/1.1\r\nA: 1\r\n folded: x",

@@ -597,3 +597,59 @@ def test_serve_replay_meeting_a_link_to_dev_zero_answers_502_and_stops_on_sigter
             process.wait()
         if process.stdout is not None:
             process.stdout.close()
+
+
+_IN_TUNNEL = b"POST /small HTTP/1.1\r\nHost: files.example:8443\r\n"
+
+
+@pytest.mark.parametrize(
+    ("layer", "request_bytes"),
+    [
+        ("tunnel", _IN_TUNNEL + b"Content-Length: hunter2-SECRET\r\n\r\n"),
+        ("tunnel", _IN_TUNNEL + b"Content-Length: 1\r\nContent-Length: 2SECRET\r\n\r\n"),
+        ("tunnel", _IN_TUNNEL + b"Transfer-Encoding: gzip-SECRET, chunked\r\n\r\n"),
+        ("tunnel", b"GET /small HTTP/1.SECRET\r\nHost: files.example:8443\r\n\r\n"),
+        (
+            "proxy",
+            b"POST http://files.example/small HTTP/1.1\r\nHost: files.example\r\n"
+            b"Content-Length: hunter2-SECRET\r\n\r\n",
+        ),
+        ("proxy", b"CONNECT hunter2-SECRET HTTP/1.1\r\nHost: x\r\n\r\n"),
+        ("proxy", b"CONNECT [hunter2-SECRET:443 HTTP/1.1\r\nHost: x\r\n\r\n"),
+        ("proxy", b"CONNECT files.example:SECRET HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ],
+)
+def test_errors_never_quote_what_the_client_sent(
+    served: Served,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    layer: str,
+    request_bytes: bytes,
+) -> None:
+    """`Content-Length: hunter2-SECRET` inside a tunnel was logged as `"error": "invalid
+    content-length 'hunter2-SECRET'"`: a header value (or a request line's parts) may be a
+    credential, and neither the event log, nor stderr, nor the answer quotes any part of it."""
+    client = Client(served)
+    if layer == "tunnel":
+        client.tunnel()
+    client.send(request_bytes)
+    status, headers, body = client.answer()
+    assert status.split(" ")[1] in ("400", "501", "505")
+    assert headers["x-fetchproxy-refused"] in ("not-http", "invalid-request")
+    assert client.closed()
+    assert served.proxy.stop() == 0
+    out, err = capfd.readouterr()
+    said = [
+        served.log.read_text(),
+        out,
+        err,
+        body.decode(),
+        *(record.getMessage() for record in caplog.records),
+    ]
+    for text in said:  # the parser lowercases some values
+        assert "secret" not in text.lower()
+        assert "hunter2" not in text.lower()
+    if layer == "tunnel":  # a bad request to the proxy itself is answered, not logged
+        (event,) = read_events(served.log)
+        assert (event["event"], event["reason"]) == ("refused", "not-http")
+        assert isinstance(event["error"], str)

@@ -184,6 +184,39 @@ def test_a_failed_build_leaves_the_lock_and_its_fetches_are_recoverable(
     assert urls() == [f"{origin}/gone", f"{origin}/other"]
 
 
+@pytest.mark.parametrize("through", ["a hard link in the sandbox", "the lock, unsandboxed"])
+def test_a_failed_build_that_changed_the_lock_is_not_called_unchanged(
+    tmp_path: Path, through: str
+) -> None:
+    """The lock is read-only to the build by its path, but a hard link to it in the working
+    directory is a path the build may write, and an unsandboxed build writes the lock itself:
+    when such a build fails, record leaves the lock and says it changed, not that it is
+    unchanged."""
+    lock = tmp_path / "fetchproxy.lock.toml"
+    assert fetchproxy(tmp_path, "record", "--", "true").returncode == 0
+    before = lock.read_bytes()
+    if through == "a hard link in the sandbox":
+        (tmp_path / "alias.toml").hardlink_to(lock)
+        args = ["record", "--", "sh", "-c", "echo '# edited' >> alias.toml; exit 4"]
+    else:
+        args = [
+            "record",
+            "--no-sandbox",
+            "--",
+            "sh",
+            "-c",
+            "echo '# edited' >> " + str(lock) + "; exit 4",
+        ]
+    result = fetchproxy(tmp_path, *args)
+    assert result.returncode == 4, result.stderr
+    assert lock.read_bytes() == before + b"# edited\n"  # the build's change, and only that
+    assert (
+        "fetchproxy: the build failed (exit status 4): fetchproxy left fetchproxy.lock.toml as it "
+        "was, but it changed during the run (not by fetchproxy): check it before you commit it\n"
+    ) in result.stderr
+    assert "is unchanged" not in result.stderr
+
+
 def test_a_build_stopped_by_a_signal_leaves_the_lock(tmp_path: Path, origin: str) -> None:
     build = f"curl -sSf -o a {origin}/file.txt; kill -INT $$"
     result = fetchproxy(tmp_path, "record", "--", "sh", "-c", build)

@@ -21,9 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fetchproxy.cli import main
-from fetchproxy.lock.file import load_lock, parse_lock
+from fetchproxy.digest import EMPTY
+from fetchproxy.lock.file import load_lock, parse_lock, render_lock
+from fetchproxy.lock.model import Lock
 from tests.sandbox.conftest import needs_root
 from tests.support.cli import read_events, run_command
+from tests.support.locks import make_fetch
 from tests.support.proxy import REPLAY_ENGINES, ProxyThread, Rig
 from tests.support.raw_origin import RawOrigin, answer
 
@@ -246,6 +249,45 @@ def test_no_user_info_or_fragment_of_a_location_reaches_the_lock(rig: Rig, locat
     assert "#" not in entry.location
 
 
+@pytest.mark.parametrize(
+    ("location", "what"),
+    [
+        ("http://user:SECRET@bad..host/x", "userinfo"),
+        ("https://u:SECRET@127.0.0.2:99999/p", "userinfo"),
+        ("https://bad..host/cb#access_token=SECRET", "a fragment"),
+        ("myapp://callback#access_token=SECRET", "a fragment"),
+        ("myapp://u:SECRET@callback", "userinfo"),
+    ],
+)
+def test_a_lock_whose_location_has_user_info_or_a_fragment_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], location: str, what: str
+) -> None:
+    """A hand-edited (or old) lock with a secret in a ``location`` passed `lock verify`, and
+    `lock show` printed it: every command that loads the lock refuses it, naming the line and
+    what is wrong, never the secret."""
+    lock = tmp_path / "fetchproxy.lock.toml"
+    entry = make_fetch(
+        url="https://files.example.org/r", status=302, location=location, digest=EMPTY, size=0
+    )
+    lock.write_text(render_lock(Lock.from_fetches([entry])))  # the canonical form: the fast path
+    line = lock.read_text().splitlines().index(f'location = "{location}"') + 1
+    commands = [
+        ["lock", "verify", "--lock", str(lock)],
+        ["lock", "show", str(lock)],
+        ["replay", "--lock", str(lock), "--no-sandbox", "--", "true"],
+    ]
+    for argv in commands:
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        out, err = capsys.readouterr()
+        assert "SECRET" not in out + err, argv
+        assert f"{lock}:{line}: fetch[0].location: has {what}," in err, argv
+    edited = "# edited by hand\n" + lock.read_text()  # not the writer's bytes: the slower paths
+    for text in (edited, edited.replace('"\n', '" # \n')):
+        with pytest.raises(ValueError, match=f"^x:{line + 1}: fetch\\[0\\].location: has {what},"):
+            parse_lock(text, path="x")
+
+
 def test_error_texts_quoting_upstream_bytes_are_cut(rig: Rig) -> None:
     """mitmproxy's `Bad HTTP response line: b'… ?token=SECRET …'` reached the event log."""
     origin_answers = {"/bad": b"HTTP/1.1 2OO /x?token=SECRET\r\n\r\n"}
@@ -334,17 +376,28 @@ def test_a_full_lock_directory_is_said_once_and_keeps_the_lock(
 ) -> None:
     """A full disk under the journal gave 20 `Addon error` lines and a traceback."""
     lock = small_disk / "app.lock.toml"
-    recorder = rig.start("record", lock=lock, log=small_disk / "events.jsonl")
+    log = small_disk / "events.jsonl"
+    first = rig.start("record", lock=lock, log=log)
+    assert rig.get(first, "/small.txt").status == 200
+    assert first.stop() == 0
+    before = lock.read_bytes()
+    assert len(load_lock(lock)) == 1
+    caplog.clear()
+    recorder = rig.start("record", lock=lock, log=log)
     filler = small_disk / "filler"
     with filler.open("wb", buffering=0) as fill, contextlib.suppress(OSError):
         while True:
             fill.write(b"\0" * 4096)
     for _ in range(20):
         assert rig.get(recorder, "/small.txt?n=" + os.urandom(4).hex()).status == 200
+    filler.unlink()  # room again by the end: what keeps the lock is the rule, not the disk
     assert recorder.stop() == 1
-    assert not lock.exists()
-    said = [r for r in caplog.records if "No space left on device" in r.getMessage()]
-    assert len({r.getMessage() for r in said}) <= 2  # the journal once; the log once
+    assert lock.read_bytes() == before
+    said = [r.getMessage() for r in caplog.records if "No space left on device" in r.getMessage()]
+    assert len(said) == 2, said  # the journal once; the event log once
+    assert [m.startswith(f"record: cannot write {lock}.journal: ") for m in said] == [True, False]
+    assert said[1].startswith(f"cannot write {log}: ")
+    assert not [r for r in caplog.records if "Addon error" in r.getMessage()]
     assert not [r for r in caplog.records if "Traceback" in r.getMessage()]
 
 

@@ -270,3 +270,43 @@ def test_a_refused_start_leaves_the_files_beside_the_default_lock_alone(tmp_path
         assert result.returncode == 2, result.stderr
         assert "sub/app.lock.toml:1" in result.stderr
         assert beside.read_text() == '{"event": "refused"}\n'
+
+
+def test_third_party_messages_on_stderr_and_in_the_log_quote_no_secret(
+    env: Env, serve: StartServe
+) -> None:
+    """mitmproxy's own lines quote what a client or an origin sent: `invalid content-length
+    header: 'hunter2-SECRET'`, and `Cannot parse ClientHello: 1603…` (the client's bytes in
+    hex, token and all). stderr and the event log say both, with the quoted value and the hex
+    dump cut out."""
+    log = env.home / "events.jsonl"
+    recorder = serve(
+        "record", "--listen", "127.0.0.1:0", "--lock", str(env.lock), "--store", str(env.store),
+        "--log", str(log),
+    )  # fmt: skip
+    host, port = recorder.wait_listening().removeprefix("http://").rsplit(":", 1)
+
+    def tunnel(first: bytes) -> bytes:
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"CONNECT 127.0.0.2:9 HTTP/1.1\r\nHost: 127.0.0.2:9\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            sock.sendall(first)
+            got = b""
+            while chunk := sock.recv(65536):
+                got += chunk
+            return got
+
+    tunnel(b"\x16\x03\x01\x00\x20" + b"GET /?token=SECRET-1 HTTP/1.1\r\n" * 2)  # "TLS", then not
+    got = tunnel(
+        b"POST /p?token=SECRET-2 HTTP/1.1\r\nHost: 127.0.0.2:9\r\n"
+        b"Content-Length: hunter2-SECRET\r\n\r\n"
+    )
+    assert got.startswith(b"HTTP/1.1 400 ")
+    recorder.stop()
+    stderr = recorder.stderr
+    assert "1 failed" in stderr
+    assert "Client TLS handshake failed. Cannot parse ClientHello: <" in stderr
+    assert "invalid content-length header: '…'" in stderr
+    for text in (stderr, log.read_text()):
+        for secret in ("SECRET", "hunter2", b"SECRET".hex(), b"hunter2".hex()):
+            assert secret not in text

@@ -31,7 +31,7 @@ PLAIN_PORT = 8080
 PLAIN = b"plain over http\n"
 NO_PROXY_VARIABLES = (
     "unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY "
-    "npm_config_proxy npm_config_https_proxy no_proxy NO_PROXY\n"
+    "npm_config_proxy npm_config_https_proxy no_proxy NO_PROXY NODE_USE_ENV_PROXY\n"
 )
 NODE_FETCH = (
     f'fetch("https://{NAME}/small.txt").then(r => r.text())'

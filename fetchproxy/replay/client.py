@@ -105,8 +105,12 @@ class ClientConnection(asyncio.Protocol):
     """One client connection: moves its bytes between the transport, TLS and the HTTP/1.1
     state machine, and hands each request to the Replayer."""
 
-    def __init__(self, server: ReplayServer, *, intercepted: bool = False) -> None:
+    def __init__(
+        self, server: ReplayServer, *, intercepted: bool = False, joining: int | None = None
+    ) -> None:
         self.server = server
+        self._joining = joining
+        """The accepted socket's descriptor, counted against the cap until this is made."""
         self.intercepted = intercepted
         """Accepted on the transparent listener: a tunnel from the start, to the server its
         original destination stands for (``--intercept transparent``)."""
@@ -138,7 +142,7 @@ class ClientConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.server.connections.add(self)
+        self.server.joined(self, self._joining)
         transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
         if self.intercepted:
             tunnel = self.server.intercepted_tunnel(transport.get_extra_info("socket"))

@@ -119,6 +119,9 @@ class ReplayServer(Engine):
         self.transparent_listener: Listener | None = None
         self.connections: set[ClientConnection] = set()
         self._accepting: set[asyncio.Task[object]] = set()
+        self._joining: set[int] = set()
+        """Descriptors of accepted sockets whose connection is not made yet: counted against
+        the cap until their :class:`ClientConnection` is in ``connections`` (never twice)."""
         self._keys: dict[tuple[str, ...], Known] = {}
         self._prepared_bytes = 0
         self._key_bytes = 0
@@ -199,7 +202,7 @@ class ReplayServer(Engine):
         if not self.admit(peer):
             sock.close()
             return
-        if len(self.connections) + len(self._accepting) >= self.max_connections:
+        if len(self.connections) + len(self._joining) >= self.max_connections:
             sock.close()
             self.over_capacity += 1
             left_out = self._capacity_log.allow(asyncio.get_running_loop().time())
@@ -214,9 +217,11 @@ class ReplayServer(Engine):
         if sock.family in (socket.AF_INET, socket.AF_INET6):  # asyncio skips a socket made
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # with proto 0
         loop = asyncio.get_running_loop()
+        fd = sock.fileno()
+        self._joining.add(fd)
         task: asyncio.Task[object] = loop.create_task(
             loop.connect_accepted_socket(
-                lambda: ClientConnection(self, intercepted=intercepted), sock
+                lambda: ClientConnection(self, intercepted=intercepted, joining=fd), sock
             )
         )
         self._accepting.add(task)
@@ -224,9 +229,16 @@ class ReplayServer(Engine):
         def done(task: asyncio.Task[object]) -> None:
             self._accepting.discard(task)
             if task.cancelled() or task.exception() is not None:
+                self._joining.discard(fd)  # its connection was never made
                 sock.close()  # the transport was never made, or failed
 
         task.add_done_callback(done)
+
+    def joined(self, connection: ClientConnection, fd: int | None) -> None:
+        """``connection`` is made: it counts against the cap as itself from now on."""
+        self.connections.add(connection)
+        if fd is not None:
+            self._joining.discard(fd)
 
     def admit(self, peer: object) -> bool:
         """The client gate of the user sandbox: only the relay's source ports are served."""

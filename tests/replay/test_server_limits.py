@@ -288,3 +288,19 @@ def test_every_malformed_request_gets_its_standard_status_line_and_the_header(
     assert line == f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}"
     assert headers["x-fetchproxy-refused"] == "invalid-request"
     assert client.closed()
+
+
+def test_connections_being_made_count_once_against_the_cap(tmp_path: Path) -> None:
+    """A connection made but not yet handed over by asyncio counted twice (in the made ones and
+    the accepting ones), so a second client under a cap of 2 was closed with one open."""
+    direct = ServerThread(make_files(tmp_path), {"max_connections": 2}).start()
+    try:
+        for _ in range(100):
+            pair = [Client(direct), Client(direct)]
+            direct.wait_until(lambda: len(direct.server.connections) == 2, "two connections")
+            for client in pair:
+                client.sock.close()
+            direct.wait_until(lambda: not direct.server.connections, "none left")
+        assert direct.call(lambda: direct.server.over_capacity) == 0
+    finally:
+        direct.stop()

@@ -18,7 +18,6 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-import certifi
 from mitmproxy import exceptions, master, options
 from mitmproxy.addons import default_addons
 
@@ -26,7 +25,7 @@ from fetchproxy.addons.lifecycle import Lifecycle
 from fetchproxy.addons.record import Record
 from fetchproxy.addons.replay import Replay
 from fetchproxy.addons.transparent import Intercepted
-from fetchproxy.ca import system_trust_bundle
+from fetchproxy.ca import CAError, upstream_trust
 from fetchproxy.digest import digest_bytes, hex_of
 from fetchproxy.engine import Address, Engine, ProxyStartError, cannot_listen
 from fetchproxy.files import write_atomic
@@ -64,16 +63,10 @@ def upstream_trust_bundle(confdir: Path, extra: Sequence[Path]) -> Path:
     mitmproxy's ``ssl_verify_upstream_trusted_ca`` replaces its default trust, so everything
     has to be in the one file.
     """
-    parts = [Path(certifi.where()).read_bytes()]
-    system = system_trust_bundle()
-    if system:
-        parts.append(system)
-    for path in extra:
-        try:
-            parts.append(path.read_bytes())
-        except OSError as exc:
-            raise ProxyStartError(f"{path}: cannot read --upstream-ca: {exc.strerror}") from None
-    data = b"\n".join(parts)
+    try:
+        data = upstream_trust(extra)
+    except CAError as exc:
+        raise ProxyStartError(str(exc)) from None
     # Named by content: mitmproxy caches its upstream TLS context by file name (lru_cache), and
     # two runs with different bundles may share a confdir (several `serve` processes, tests).
     bundle = confdir / f"upstream-trust-{hex_of(digest_bytes(data))[:16]}.pem"

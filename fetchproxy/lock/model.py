@@ -426,16 +426,21 @@ class Lock:
 
 def revision_of(lock: Lock) -> int | None:
     """The lowest revision that holds what ``lock`` uses (None: the first, written as none)."""
-    if any(f.redacted is not None or f.key.accept == ANY_ACCEPT for f in lock.fetches):
-        return ANY_ACCEPT_REVISION
-    if any(f.headers for f in lock.fetches):
-        return HEADERS_REVISION
-    return None
+    revision = None
+    for f in lock.fetches:  # one pass: the writer asks this of every lock it renders
+        if f.redacted is not None or f.key.accept == ANY_ACCEPT:
+            return ANY_ACCEPT_REVISION
+        if f.headers:
+            revision = HEADERS_REVISION
+    return revision
 
 
 def _index_of(entries: tuple[Fetch, ...]) -> dict[SortKey, Fetch]:
     """Entries by key; DuplicateFetchError names the positions (in ``entries``) of a repeat."""
-    index: dict[SortKey, Fetch] = {}
+    index = {entry.key.sort_key(): entry for entry in entries}
+    if len(index) == len(entries):  # no repeat: the usual case, in one pass
+        return index
+    index = {}
     positions: dict[SortKey, int] = {}
     for i, entry in enumerate(entries):
         sort_key = entry.sort_key()

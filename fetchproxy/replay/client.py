@@ -122,6 +122,9 @@ class ClientConnection(asyncio.Protocol):
         self.tunnel: Address | None = None
         self.tls: TLSTunnel | None = None
         self._scheme = "http"
+        self._sni: str | None = None
+        self._sni_known = False
+        """Whether :attr:`_sni` holds the TLS server name (a session has one: no renegotiation)."""
         self.write_blocked = False
         """The send buffer is over its high-water mark: the client is not reading."""
         self._writable: asyncio.Future[None] | None = None
@@ -384,7 +387,10 @@ class ClientConnection(asyncio.Protocol):
         if head.method == "CONNECT":
             self._connect(head)
             return
-        sni = None if self.tls is None else server.contexts.server_name(self.tls.session)
+        sni = self._sni
+        if not self._sni_known and self.tls is not None:
+            sni = self._sni = server.contexts.server_name(self.tls.session)
+            self._sni_known = True
         known = server.lookup(
             head, self._scheme, self.tunnel, body, sni=sni, intercepted=self.intercepted
         )

@@ -53,10 +53,14 @@ class TLSTunnel:
                 raise TLSFailedError(_reason(exc), handshake=True) from exc
             self.handshaken = True
         parts = []
+        incoming = self._incoming
         try:
             while chunk := tls.read(_READ):
                 parts.append(chunk)
-            self.peer_closed = True  # b"": the client sent its close_notify
+                if not incoming.pending and not tls.pending():
+                    break  # all read: another read would only raise SSLWantReadError
+            else:
+                self.peer_closed = True  # b"": the client sent its close_notify
         except ssl.SSLWantReadError:
             pass
         except ssl.SSLZeroReturnError:

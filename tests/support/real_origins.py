@@ -27,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from fetchproxy.ca import generate_ca
+from fetchproxy.ca import CertificateAuthority, generate_ca
 
 HOST = "127.0.0.2"
 
@@ -53,17 +53,30 @@ class OriginReply:
 Respond = Callable[[OriginRequest], OriginReply]
 
 
+def origin_ca() -> CertificateAuthority:
+    """A CA for the tests' origins (each :class:`HTTPSOrigin` makes its own unless given one)."""
+    return generate_ca("fetchproxy real-client test origin CA")
+
+
 class HTTPSOrigin:
     """``with HTTPSOrigin(directory, respond) as origin:`` serves ``https://127.0.0.2:PORT``.
 
     ``ca_path`` is the CA certificate a recording must trust upstream (``--upstream-ca``).
     ``names``: host names its certificate holds too (for a client that must be given a name,
-    resolved to 127.0.0.2 by a test's own /etc/hosts). :meth:`stop` stops it for good (the
-    port then refuses connections).
+    resolved to 127.0.0.2 by a test's own /etc/hosts). ``ca``: the CA to issue its certificate
+    from (:func:`origin_ca`; a new one by default), for origins that must share one.
+    :meth:`stop` stops it for good (the port then refuses connections).
     """
 
-    def __init__(self, directory: Path, respond: Respond, *, names: Sequence[str] = ()) -> None:
-        ca = generate_ca("fetchproxy real-client test origin CA")
+    def __init__(
+        self,
+        directory: Path,
+        respond: Respond,
+        *,
+        names: Sequence[str] = (),
+        ca: CertificateAuthority | None = None,
+    ) -> None:
+        ca = ca or origin_ca()
         cert_pem, key_pem = ca.issue_server_certificate([HOST, *names])
         directory.mkdir(parents=True, exist_ok=True)
         self.ca_path = directory / "origin-ca.pem"

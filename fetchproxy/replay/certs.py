@@ -48,6 +48,9 @@ class HostContexts:
         cert_pem, key_pem = self._ca.issue_server_certificate([host])
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
+        # A TLS 1.2 client may not renegotiate: a second handshake could name another server
+        # (SNI) on a connection whose requests were checked against the first.
+        context.options |= ssl.OP_NO_RENEGOTIATION
         context.set_alpn_protocols(["http/1.1"])
         # OpenSSL loads a key only from a file: hand it one that lives in memory only.
         fd = os.memfd_create("fetchproxy-leaf", os.MFD_CLOEXEC)

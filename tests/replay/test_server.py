@@ -62,6 +62,7 @@ from tests.support.badblobs import (
 )
 from tests.support.cli import read_events
 from tests.support.proxy import ProxyThread
+from tests.support.tools import require
 
 
 @dataclass
@@ -253,6 +254,38 @@ def test_the_certificate_names_the_sni_host_else_the_connect_host(served: Served
 
     assert names("other.example", f"{HOST}:8443") == ["other.example"]
     assert names(None, "127.0.0.7:8443") == ["127.0.0.7"]
+
+
+def test_a_tls_1_2_client_may_not_renegotiate(served: Served) -> None:
+    """A second handshake could name another server (SNI) on a connection whose requests were
+    checked against the first: the server refuses it, and the name is looked up once per
+    connection. (OpenSSL 3 refuses a client's renegotiation by default; the contexts say so
+    themselves, for every OpenSSL a Python may be built with.)"""
+    openssl = require("openssl", install="apt-get install openssl")["openssl"]
+    argv = [
+        str(openssl), "s_client", "-proxy", f"127.0.0.1:{served.port}",
+        "-connect", f"{HOST}:8443", "-servername", HOST, "-tls1_2",
+        "-CAfile", str(served.ca_cert), "-verify_return_error",
+    ]  # fmt: skip
+    with subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    ) as client:
+        assert client.stdin is not None
+        assert client.stdout is not None
+        seen = b""
+        while b"Verify return code: 0 (ok)" not in seen:  # the first handshake, complete
+            line = client.stdout.readline()
+            assert line, seen.decode(errors="replace")
+            seen += line
+        client.stdin.write(b"R\n")  # s_client's command: renegotiate
+        client.stdin.flush()
+        rest, _ = client.communicate(timeout=DEADLINE)
+    assert b"RENEGOTIATING" in rest
+    assert b"no renegotiation" in rest, rest.decode(errors="replace")
+    fresh = Client(served)
+    fresh.tunnel(f"{HOST}:8443")
+    fresh.send(get("/small"))
+    assert fresh.answer()[2] == SMALL  # the server serves on
 
 
 def test_start_up_failures_listen_on_nothing(tmp_path: Path) -> None:

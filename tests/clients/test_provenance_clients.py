@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import tarfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import quote
 
@@ -180,11 +180,14 @@ def test_git_provenance(
 # ------------------------------------------------------------------------------------------ npm
 
 
-def npm_tarball(name: str, version: str) -> bytes:
+def npm_tarball(name: str, version: str, dependencies: Mapping[str, str] = {}) -> bytes:
     """A package tarball, byte for byte the same on every run."""
     buffer = io.BytesIO()
+    manifest = {"name": name, "version": version, "main": "index.js"}
     files = {
-        "package/package.json": json.dumps({"name": name, "version": version, "main": "index.js"}),
+        "package/package.json": json.dumps(
+            {**manifest, "dependencies": dict(dependencies)} if dependencies else manifest
+        ),
         "package/index.js": f"module.exports = {json.dumps(version)};\n",
     }
     with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.USTAR_FORMAT) as archive:
@@ -202,7 +205,7 @@ class Registry:
 
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
-        self.versions: dict[str, dict[str, object]] = {}
+        self.versions: dict[str, dict[str, dict[str, object]]] = {}  # by package
         self.requests: list[str] = []
         registry = self
 
@@ -233,21 +236,23 @@ class Registry:
         self.thread.start()
         self.running = True
 
-    def publish(self, name: str, version: str) -> None:
-        data = npm_tarball(name, version)
+    def publish(self, name: str, version: str, dependencies: Mapping[str, str] = {}) -> None:
+        data = npm_tarball(name, version, dependencies)
         path = f"/{name}/-/{name}-{version}.tgz"
         self.files[path] = data
         integrity = base64.b64encode(hashlib.sha512(data).digest()).decode()
-        self.versions[version] = {
+        versions = self.versions.setdefault(name, {})
+        versions[version] = {
             "name": name,
             "version": version,
+            **({"dependencies": dict(dependencies)} if dependencies else {}),
             "dist": {
                 "tarball": f"{self.url.rstrip('/')}{path}",
                 "shasum": hashlib.sha1(data).hexdigest(),
                 "integrity": f"sha512-{integrity}",
             },
         }
-        packument = {"name": name, "dist-tags": {"latest": version}, "versions": self.versions}
+        packument = {"name": name, "dist-tags": {"latest": version}, "versions": versions}
         self.files[f"/{name}"] = json.dumps(packument).encode()
 
     def stop(self) -> None:

@@ -182,12 +182,12 @@ JAVA_FILES = {
 JAVA_BUILD = 'java Fetch.java "$@"'  # the JDK's own HTTP client, as every JVM build tool has
 
 
-def resolving(tmp_path: Path, name: str) -> list[str]:
+def resolving(tmp_path: Path, name: str, *, address: str = HOST) -> list[str]:
     """A command prefix: run in a private mount namespace whose /etc/hosts also maps ``name`` to
-    the origins' 127.0.0.2 (the host's file is never touched)."""
+    the origins' 127.0.0.2, or ``address`` (the host's file is never touched)."""
     require("unshare", install="apt-get install util-linux")
     hosts = tmp_path / "hosts"
-    hosts.write_text(Path("/etc/hosts").read_text() + f"\n{HOST} {name}\n")
+    hosts.write_text(Path("/etc/hosts").read_text() + f"\n{address} {name}\n")
     script = 'mount --bind "$0" /etc/hosts && exec "$@"'
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(hosts)]
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Final, Literal, Self
 
 from fetchproxy.ca import CertificateAuthority, generate_ca
 
@@ -125,6 +125,9 @@ def _handler(
         def do_GET(self) -> None:
             self._answer()
 
+        def do_HEAD(self) -> None:
+            self._answer()
+
         def do_POST(self) -> None:
             self._answer()
 
@@ -142,7 +145,8 @@ def _handler(
                 self.send_header(name, value)
             self.send_header("Content-Length", str(len(reply.body)))
             self.end_headers()
-            self.wfile.write(reply.body)
+            if self.command != "HEAD":  # a HEAD's reply holds the body it announces
+                self.wfile.write(reply.body)
 
         def _body(self) -> bytes:
             if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
@@ -236,16 +240,53 @@ def fast_import_branches(repository: Path, branches: int) -> None:
 # ------------------------------------------------------------------------------------------ pip
 
 
-def static_site(files: Mapping[str, tuple[str, bytes]]) -> Respond:
-    """GET answers from ``files`` (path -> content type, body); anything else is a 404."""
+def static_site(files: Mapping[str, tuple[str, bytes]], *, ranges: bool = False) -> Respond:
+    """GET answers from ``files`` (path -> content type, body); anything else is a 404.
+
+    ``ranges``: as a CDN or nginx serves files (PyPI's files.pythonhosted.org too): HEAD is
+    answered, every answer says ``Accept-Ranges: bytes``, and a single ``Range`` of a GET gets
+    ``206`` with the part (``416`` past the end).
+    """
+    methods = ("GET", "HEAD") if ranges else ("GET",)
 
     def respond(request: OriginRequest) -> OriginReply:
-        found = files.get(request.target) if request.method == "GET" else None
+        found = files.get(request.target) if request.method in methods else None
         if found is None:
             return OriginReply(404, (("Content-Type", "text/plain"),), b"not found\n")
-        return OriginReply(200, (("Content-Type", found[0]),), found[1])
+        kind, body = found
+        headers: tuple[tuple[str, str], ...] = (("Content-Type", kind),)
+        if not ranges:
+            return OriginReply(200, headers, body)
+        headers += (("Accept-Ranges", "bytes"),)
+        part = _byte_range(request.header("range"), len(body))
+        if request.method == "HEAD" or part is None:
+            return OriginReply(200, headers, body)
+        if part == PAST_THE_END:
+            return OriginReply(416, (("Content-Range", f"bytes */{len(body)}"),), b"")
+        first, last = part
+        content_range = (("Content-Range", f"bytes {first}-{last}/{len(body)}"),)
+        return OriginReply(206, headers + content_range, body[first : last + 1])
 
     return respond
+
+
+PAST_THE_END: Final = "past the end"
+
+
+def _byte_range(value: str, size: int) -> tuple[int, int] | Literal["past the end"] | None:
+    """The (first, last) byte of a single ``bytes=`` range of ``size`` bytes, or
+    :data:`PAST_THE_END`; None when there is none (or several: the whole body answers them)."""
+    unit, _, spec = value.partition("=")
+    if unit.strip() != "bytes" or "," in spec or "-" not in spec:
+        return None
+    start, _, end = (s.strip() for s in spec.partition("-"))
+    if not (start or end) or not (start + end).isdigit():
+        return None
+    if not start:  # the last `end` bytes
+        return (max(size - int(end), 0), size - 1) if int(end) and size else PAST_THE_END
+    if int(start) >= size:
+        return PAST_THE_END
+    return int(start), min(int(end), size - 1) if end else size - 1
 
 
 @dataclass(frozen=True)
@@ -257,6 +298,13 @@ class Wheel:
     @property
     def filename(self) -> str:
         return f"{self.name.replace('-', '_')}-{self.version}-py3-none-any.whl"
+
+    @property
+    def metadata(self) -> bytes:
+        """Its ``METADATA`` file, as PEP 658 serves it beside the wheel."""
+        dist_info = f"{self.name.replace('-', '_')}-{self.version}.dist-info"
+        with zipfile.ZipFile(io.BytesIO(self.data)) as archive:
+            return archive.read(f"{dist_info}/METADATA")
 
 
 def _record_hash(data: bytes) -> str:
@@ -291,23 +339,37 @@ def make_wheel(
     return Wheel(name, version, buffer.getvalue())
 
 
-def simple_index(wheels: Sequence[Wheel]) -> dict[str, tuple[str, bytes]]:
-    """A static PEP 503 index of ``wheels``: ``/simple/``, ``/simple/<name>/``, ``/files/...``."""
+def simple_index(
+    wheels: Sequence[Wheel], *, metadata: bool = False
+) -> dict[str, tuple[str, bytes]]:
+    """A static PEP 503 index of ``wheels``: ``/simple/``, ``/simple/<name>/``, ``/files/...``.
+
+    ``metadata``: each wheel's ``METADATA`` is served at ``/files/<wheel>.metadata`` and its link
+    says so with both PEP 714's ``data-core-metadata`` and PEP 658's ``data-dist-info-metadata``
+    (a resolver reads that instead of the wheel).
+    """
     files: dict[str, tuple[str, bytes]] = {}
     projects: dict[str, list[Wheel]] = {}
     for wheel in wheels:
         projects.setdefault(wheel.name, []).append(wheel)
         files[f"/files/{wheel.filename}"] = ("application/octet-stream", wheel.data)
+        if metadata:
+            files[f"/files/{wheel.filename}.metadata"] = ("text/plain", wheel.metadata)
     for name, releases in projects.items():
         links = "".join(
-            f'<a href="/files/{w.filename}#sha256={hashlib.sha256(w.data).hexdigest()}">'
-            f"{w.filename}</a>\n"
+            f'<a href="/files/{w.filename}#sha256={hashlib.sha256(w.data).hexdigest()}"'
+            f"{_metadata_attributes(w) if metadata else ''}>{w.filename}</a>\n"
             for w in releases
         )
         files[f"/simple/{name}/"] = ("text/html", _html(links))
     index = "".join(f'<a href="/simple/{name}/">{name}</a>\n' for name in sorted(projects))
     files["/simple/"] = ("text/html", _html(index))
     return files
+
+
+def _metadata_attributes(wheel: Wheel) -> str:
+    digest = f"sha256={hashlib.sha256(wheel.metadata).hexdigest()}"
+    return f' data-core-metadata="{digest}" data-dist-info-metadata="{digest}"'
 
 
 def _html(body: str) -> bytes:

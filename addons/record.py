@@ -263,6 +263,9 @@ class Record:
         kept for ``server_connect``, so the connection goes where the check looked; a name
         that does not resolve is left for ``server_connect`` to fail."""
         name = host.strip("[]")
+        refused = self.origins.name_problem(host, port)
+        if refused is not None:
+            return refused  # without a lookup: the build may not have record resolve it
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(
                 name, port, type=socket.SOCK_STREAM

@@ -111,6 +111,17 @@ class OriginPolicy:
     def of(cls, patterns: Iterable[str], *, guard_host: bool) -> OriginPolicy:
         return cls(tuple(OriginPattern.parse(p) for p in patterns), guard_host)
 
+    def name_problem(self, host: str, port: int) -> str | None:
+        """Why ``host:port`` may not be reached whatever it resolves to (no allowed origin
+        matches it); None when its addresses decide. Asked before the name is looked up, so a
+        build cannot have record resolve names it may not reach."""
+        if self.patterns and not any(p.matches(host, port) for p in self.patterns):
+            return (
+                f"{host}:{port} is not among the allowed origins (--allow-origin, [record] "
+                f"allow); to record from it: fetchproxy config add record.allow {host}:{port}"
+            )
+        return None
+
     def check(
         self, host: str, port: int, addresses: Iterable[IPAddress], own: Collection[IPAddress]
     ) -> str | None:
@@ -118,11 +129,9 @@ class OriginPolicy:
         ``addresses`` may not be reached; None when it may."""
         shown = f"{host}:{port}"
         matching = [p for p in self.patterns if p.matches(host, port)]
-        if self.patterns and not matching:
-            return (
-                f"{shown} is not among the allowed origins (--allow-origin, [record] allow); "
-                f"to record from it: fetchproxy config add record.allow {shown}"
-            )
+        problem = self.name_problem(host, port)
+        if problem is not None:
+            return problem
         if not self.guard_host:
             return None
         local = sorted({str(a) for a in addresses if host_local(a, own)})

@@ -1,0 +1,51 @@
+"""Record's origin check, before any connection: a name no allowed origin matches is refused
+without being looked up, so a build cannot have record resolve names (a DNS query is a message
+out of the sandbox) it may not reach."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+from fetchproxy.addons.record import Record
+from fetchproxy.record.origins import OriginPolicy
+
+
+def lookups_made(record: Record, host: str, port: int) -> tuple[str | None, list[str]]:
+    """What record says of ``host:port``, and the names it looked up to say it."""
+    names: list[str] = []
+
+    async def check() -> str | None:
+        loop = asyncio.get_running_loop()
+        real = loop.getaddrinfo
+
+        async def spy(name: Any, *args: Any, **kwargs: Any) -> Any:
+            names.append(str(name))
+            if name != "localhost":  # never a query leaving the machine, even when it fails
+                raise socket.gaierror(socket.EAI_NONAME, "not looked up by this test")
+            return await real(name, *args, **kwargs)
+
+        loop.getaddrinfo = spy  # type: ignore[method-assign,assignment]
+        return await record._origin_problem(host, port)
+
+    return asyncio.run(check()), names
+
+
+def test_a_name_no_allowed_origin_matches_is_refused_without_a_lookup() -> None:
+    record = Record(origins=OriginPolicy.of(["localhost:8443"], guard_host=True))
+    problem, names = lookups_made(record, "elsewhere.example", 443)
+    assert problem is not None
+    assert "elsewhere.example:443 is not among the allowed origins" in problem
+    assert names == []
+    problem, names = lookups_made(record, "localhost", 8443)  # named exactly: allowed
+    assert (problem, names) == (None, ["localhost"])
+    assert record._checked[("localhost", 8443)] in {"127.0.0.1", "::1"}
+
+
+def test_without_allowed_origins_a_name_is_looked_up_to_check_its_addresses() -> None:
+    record = Record(origins=OriginPolicy(guard_host=True))
+    problem, names = lookups_made(record, "localhost", 8443)
+    assert names == ["localhost"]
+    assert problem is not None
+    assert "is the host's own address" in problem

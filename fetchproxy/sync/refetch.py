@@ -17,6 +17,12 @@ fails here and says so. The answer must have the lock's status, and its body str
 store's writer (hashed as it arrives; cut off one byte past the lock's size), which publishes it
 only if it hashes to the lock's digest. Anything else is **CONTENT DRIFT**: reported with what
 came instead, never published. Jobs run in parallel (bounded), with progress.
+
+An entry locked ``redacted = "token"`` (a token answer, :mod:`fetchproxy.record.tokens`) is
+compared as record stored it: the origin's answer — a fresh token every time — goes through
+record's own redaction (:func:`~fetchproxy.record.tokens.redacted_token_answer`), and those
+bytes must hash to the lock's digest. An answer that carries no token is CONTENT DRIFT, said as
+such. The token itself is never written.
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.model import Fetch, Lock
 from fetchproxy.record.origins import OriginPolicy, origin_of
 from fetchproxy.record.rules import UPSTREAM_ACCEPT_ENCODING
-from fetchproxy.store import CorruptBlobError, Store, StoreError
+from fetchproxy.record.tokens import TOKEN_ANSWER_LIMIT, redacted_token_answer
+from fetchproxy.store import BlobWriter, CorruptBlobError, Store, StoreError
 from fetchproxy.store.transfer import Meter, ProgressCallback, run_transfers
-from fetchproxy.sync.upstream import OriginClient, OriginUnreachableError
+from fetchproxy.sync.upstream import OriginAnswer, OriginClient, OriginUnreachableError
 from fetchproxy.text import human_bytes
 
 CHUNK = 1 << 20
@@ -254,6 +261,9 @@ def _fetch_one(
     try:
         if answer.status != entry.status:
             raise _status_error(where, entry, answer.status)
+        if entry.redacted is not None:
+            reuse = _put_token_answer(entry, answer, store, meter, where)
+            return
         with store.writer() as writer:
             for chunk in answer.chunks(CHUNK):
                 writer.update(chunk)
@@ -266,20 +276,54 @@ def _fetch_one(
                         entry=entry,
                     )
             reuse = True
-            try:
-                writer.commit(entry.digest)
-            except CorruptBlobError as exc:
-                raise RefetchError(
-                    f"{where}: CONTENT DRIFT: the origin sent other bytes ({writer.size} bytes, "
-                    f"{exc.actual}) than the lock's {entry.digest} ({entry.size} bytes); not "
-                    "put in the store",
-                    drift=True,
-                    entry=entry,
-                ) from None
+            _commit(writer, entry, where, "the origin sent other bytes")
     except OriginUnreachableError as exc:
         raise RefetchError(f"{where}: {exc}", drift=False, entry=entry) from None
     finally:
         answer.close(reuse=reuse)
+
+
+def _put_token_answer(
+    entry: Fetch, answer: OriginAnswer, store: Store, meter: Meter, where: str
+) -> bool:
+    """Store the origin's token answer as record stored it (redacted), if that is the lock's
+    blob; whether the body was read whole. The answer as sent is never written."""
+    body = answer.read(TOKEN_ANSWER_LIMIT)
+    stored = (
+        None
+        if body is None
+        else redacted_token_answer(body, answer.headers.get("content-encoding"))
+    )
+    if stored is None:
+        what = (
+            f"more than the {human_bytes(TOKEN_ANSWER_LIMIT)} a token answer may be"
+            if body is None
+            else f"{len(body)} bytes that are not a JSON object with a token, access_token, "
+            "refresh_token or id_token"
+        )
+        raise RefetchError(
+            f'{where}: CONTENT DRIFT: the lock holds a token answer (redacted = "token"), but '
+            f"the origin sent {what}; nothing was put in the store",
+            drift=True,
+            entry=entry,
+        )
+    with store.writer() as writer:
+        writer.update(stored)
+        meter.add(len(stored))
+        _commit(writer, entry, where, "the origin's token answer, redacted, is other bytes")
+    return True
+
+
+def _commit(writer: BlobWriter, entry: Fetch, where: str, what: str) -> None:
+    try:
+        writer.commit(entry.digest)
+    except CorruptBlobError as exc:
+        raise RefetchError(
+            f"{where}: CONTENT DRIFT: {what} ({writer.size} bytes, {exc.actual}) than the "
+            f"lock's {entry.digest} ({entry.size} bytes); not put in the store",
+            drift=True,
+            entry=entry,
+        ) from None
 
 
 def _status_error(where: str, entry: Fetch, status: int) -> RefetchError:

@@ -69,6 +69,18 @@ class OriginAnswer:
         except _network_errors() as exc:
             raise _unreachable(exc, "while reading the answer") from None
 
+    def read(self, limit: int) -> bytes | None:
+        """The whole body (as :meth:`chunks` gives it) if it is at most ``limit`` bytes; None
+        as soon as it is longer (the rest unread: close without reuse)."""
+        parts: list[bytes] = []
+        size = 0
+        for chunk in self.chunks(min(limit + 1, 1 << 16)):
+            size += len(chunk)
+            if size > limit:
+                return None
+            parts.append(chunk)
+        return b"".join(parts)
+
     def close(self, *, reuse: bool) -> None:
         """Release the connection (to the pool when ``reuse`` and the body was read whole)."""
         if reuse:

@@ -17,6 +17,19 @@ fails here and says so. The answer must have the lock's status, and its body str
 store's writer (hashed as it arrives; cut off one byte past the lock's size), which publishes it
 only if it hashes to the lock's digest. Anything else is **CONTENT DRIFT**: reported with what
 came instead, never published. Jobs run in parallel (bounded), with progress.
+
+Two kinds of entry are fetched the way a registry with token auth needs:
+
+- An entry locked ``redacted = "token"`` (a token answer, :mod:`fetchproxy.record.tokens`) is
+  compared as record stored it: the origin's answer — a fresh token every time — goes through
+  record's own redaction (:func:`~fetchproxy.record.tokens.redacted_token_answer`), and those
+  bytes must hash to the lock's digest. An answer that carries no token is CONTENT DRIFT, said
+  as such. The token itself is never written.
+- An answer ``401`` with a ``WWW-Authenticate: Bearer`` challenge, where the lock says another
+  status, is answered as the client did: an anonymous token from the challenge's realm (only an
+  https origin the lock names, :mod:`fetchproxy.sync.bearer`), and the GET sent once more with
+  it. An entry locked as that ``401`` (a registry's ``GET /v2/``) is fetched and compared as it
+  is, without a token.
 """
 
 from __future__ import annotations
@@ -29,9 +42,12 @@ from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.model import Fetch, Lock
 from fetchproxy.record.origins import OriginPolicy, origin_of
 from fetchproxy.record.rules import UPSTREAM_ACCEPT_ENCODING
-from fetchproxy.store import CorruptBlobError, Store, StoreError
+from fetchproxy.record.tokens import TOKEN_ANSWER_LIMIT, redacted_token_answer
+from fetchproxy.store import BlobWriter, CorruptBlobError, Store, StoreError
 from fetchproxy.store.transfer import Meter, ProgressCallback, run_transfers
-from fetchproxy.sync.upstream import OriginClient, OriginUnreachableError
+from fetchproxy.sync.bearer import BearerTokens, TokenError
+from fetchproxy.sync.challenge import ChallengeError, bearer_challenge
+from fetchproxy.sync.upstream import OriginAnswer, OriginClient, OriginUnreachableError
 from fetchproxy.text import human_bytes
 
 CHUNK = 1 << 20
@@ -65,6 +81,9 @@ class RefetchPlan:
     empty: bool
     """The empty blob is needed and missing: it is written, not fetched."""
     unfetchable: tuple[Unfetchable, ...]
+    token_origins: frozenset[tuple[str, int]] = frozenset()
+    """The https origins (host, port) of the lock's entries the policy allows: where a Bearer
+    challenge's realm may be (:mod:`fetchproxy.sync.bearer`)."""
 
 
 def plan_refetch(lock: Lock, *, has: Callable[[Digest], bool], policy: OriginPolicy) -> RefetchPlan:
@@ -101,8 +120,15 @@ def plan_refetch(lock: Lock, *, has: Callable[[Digest], bool], policy: OriginPol
         else:
             unfetchable.append(_cannot(digest, tuple(entries)))
     jobs.sort(key=lambda job: (-job.size, job.digest))  # large first: no long tail alone
+    https = {f.key for f in lock.fetches if f.key.url.startswith("https://")}
     return RefetchPlan(
-        jobs=tuple(jobs), present=present, empty=empty, unfetchable=tuple(unfetchable)
+        jobs=tuple(jobs),
+        present=present,
+        empty=empty,
+        unfetchable=tuple(unfetchable),
+        token_origins=frozenset(
+            origin_of(key.url) for key in https if _allowed(policy, key) is None
+        ),
     )
 
 
@@ -194,12 +220,15 @@ def refetch(
     """Carry out ``plan`` into ``store`` (see the module docstring)."""
     if plan.empty:
         store.put(b"")
+    origin = _Origin(
+        client, BearerTokens(client, plan.token_origins, user_agent=user_agent), user_agent
+    )
 
     def work(job: Job, meter: Meter) -> Fetched:
         errors: list[RefetchError] = []
         for entry in job.entries:
             try:
-                _fetch_one(entry, store, client, meter, user_agent)
+                _fetch_one(entry, store, origin, meter)
             except RefetchError as exc:
                 errors.append(exc)
                 continue
@@ -241,19 +270,34 @@ def request_headers(key: RequestKey, user_agent: str) -> dict[str, str]:
     return headers
 
 
-def _fetch_one(
-    entry: Fetch, store: Store, client: OriginClient, meter: Meter, user_agent: str
-) -> None:
+@dataclass(frozen=True, slots=True)
+class _Origin:
+    """How a job reaches origins: the client, the run's tokens, the name it gives."""
+
+    client: OriginClient
+    tokens: BearerTokens
+    user_agent: str
+
+
+def _fetch_one(entry: Fetch, store: Store, origin: _Origin, meter: Meter) -> None:
     key = entry.key
     where = f"{key.method} {key.url}"
-    try:
-        answer = client.get(key.url, request_headers(key, user_agent))
-    except OriginUnreachableError as exc:
-        raise RefetchError(f"{where}: {exc}", drift=False, entry=entry) from None
+    headers = request_headers(key, origin.user_agent)
+    answer = _get(origin.client, key.url, headers, where, entry)
+    challenged = False
+    if answer.status == 401 and entry.status != 401:
+        authorization = _answer_challenge(answer, entry, where, origin.tokens)
+        if authorization is not None:
+            headers["authorization"] = authorization
+            answer = _get(origin.client, key.url, headers, where, entry)
+            challenged = True
     reuse = False
     try:
         if answer.status != entry.status:
-            raise _status_error(where, entry, answer.status)
+            raise _status_error(where, entry, answer.status, challenged=challenged)
+        if entry.redacted is not None:
+            reuse = _put_token_answer(entry, answer, store, meter, where)
+            return
         with store.writer() as writer:
             for chunk in answer.chunks(CHUNK):
                 writer.update(chunk)
@@ -266,23 +310,99 @@ def _fetch_one(
                         entry=entry,
                     )
             reuse = True
-            try:
-                writer.commit(entry.digest)
-            except CorruptBlobError as exc:
-                raise RefetchError(
-                    f"{where}: CONTENT DRIFT: the origin sent other bytes ({writer.size} bytes, "
-                    f"{exc.actual}) than the lock's {entry.digest} ({entry.size} bytes); not "
-                    "put in the store",
-                    drift=True,
-                    entry=entry,
-                ) from None
+            _commit(writer, entry, where, "the origin sent other bytes")
     except OriginUnreachableError as exc:
         raise RefetchError(f"{where}: {exc}", drift=False, entry=entry) from None
     finally:
         answer.close(reuse=reuse)
 
 
-def _status_error(where: str, entry: Fetch, status: int) -> RefetchError:
+def _get(
+    client: OriginClient, url: str, headers: dict[str, str], where: str, entry: Fetch
+) -> OriginAnswer:
+    try:
+        return client.get(url, headers)
+    except OriginUnreachableError as exc:
+        raise RefetchError(f"{where}: {exc}", drift=False, entry=entry) from None
+
+
+def _answer_challenge(
+    answer: OriginAnswer, entry: Fetch, where: str, tokens: BearerTokens
+) -> str | None:
+    """The ``Authorization`` to send again with, for a 401's Bearer challenge (``answer`` is
+    then done with); None when the 401 has none (it is reported as it is)."""
+    try:
+        challenge = bearer_challenge(answer.headers.get("www-authenticate", ""))
+    except ChallengeError as exc:
+        answer.close(reuse=False)
+        raise _unanswered(where, entry, str(exc)) from None
+    if challenge is None:
+        return None
+    answer.discard()
+    if not entry.key.url.startswith("https://"):
+        raise _unanswered(where, entry, "over plain http, where no token is sent")
+    try:
+        return tokens.authorization(challenge)
+    except (ChallengeError, TokenError) as exc:
+        raise RefetchError(f"{where}: {exc}; {_INSTEAD}", drift=False, entry=entry) from None
+
+
+def _unanswered(where: str, entry: Fetch, why: str) -> RefetchError:
+    return RefetchError(
+        f"{where}: the origin refused (HTTP 401) with a Bearer challenge store fetch does not "
+        f"answer: {why}; {_INSTEAD}",
+        drift=False,
+        entry=entry,
+    )
+
+
+_INSTEAD = "pull the blobs from a remote store (`fetchproxy store pull`), or record again"
+
+
+def _put_token_answer(
+    entry: Fetch, answer: OriginAnswer, store: Store, meter: Meter, where: str
+) -> bool:
+    """Store the origin's token answer as record stored it (redacted), if that is the lock's
+    blob; whether the body was read whole. The answer as sent is never written."""
+    body = answer.read(TOKEN_ANSWER_LIMIT)
+    stored = (
+        None
+        if body is None
+        else redacted_token_answer(body, answer.headers.get("content-encoding"))
+    )
+    if stored is None:
+        what = (
+            f"more than the {human_bytes(TOKEN_ANSWER_LIMIT)} a token answer may be"
+            if body is None
+            else f"{len(body)} bytes that are not a JSON object with a token, access_token, "
+            "refresh_token or id_token"
+        )
+        raise RefetchError(
+            f'{where}: CONTENT DRIFT: the lock holds a token answer (redacted = "token"), but '
+            f"the origin sent {what}; nothing was put in the store",
+            drift=True,
+            entry=entry,
+        )
+    with store.writer() as writer:
+        writer.update(stored)
+        meter.add(len(stored))
+        _commit(writer, entry, where, "the origin's token answer, redacted, is other bytes")
+    return True
+
+
+def _commit(writer: BlobWriter, entry: Fetch, where: str, what: str) -> None:
+    try:
+        writer.commit(entry.digest)
+    except CorruptBlobError as exc:
+        raise RefetchError(
+            f"{where}: CONTENT DRIFT: {what} ({writer.size} bytes, {exc.actual}) than the "
+            f"lock's {entry.digest} ({entry.size} bytes); not put in the store",
+            drift=True,
+            entry=entry,
+        ) from None
+
+
+def _status_error(where: str, entry: Fetch, status: int, *, challenged: bool) -> RefetchError:
     if status >= 500:
         return RefetchError(
             f"{where}: the origin failed (HTTP {status}); try again later",
@@ -290,6 +410,13 @@ def _status_error(where: str, entry: Fetch, status: int) -> RefetchError:
             entry=entry,
         )
     if status in _AUTH_STATUSES and entry.status not in _AUTH_STATUSES:
+        if challenged:
+            return RefetchError(
+                f"{where}: the origin refused (HTTP {status}) even with an anonymous token: "
+                f"the repository needs credentials, which store fetch never sends; {_INSTEAD}",
+                drift=False,
+                entry=entry,
+            )
         return RefetchError(
             f"{where}: the origin refused (HTTP {status}): it may want a credential, which "
             "a lock never keeps — pull the blob from a remote store, or record again",

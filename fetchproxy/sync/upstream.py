@@ -60,6 +60,7 @@ class OriginAnswer:
 
     status: int
     headers: Mapping[str, str]
+    """Names lowercase; a header sent more than once, its values joined with ``", "``."""
     _response: urllib3.BaseHTTPResponse
 
     def chunks(self, chunk_size: int) -> Iterator[bytes]:
@@ -68,6 +69,27 @@ class OriginAnswer:
             yield from self._response.stream(chunk_size, decode_content=False)
         except _network_errors() as exc:
             raise _unreachable(exc, "while reading the answer") from None
+
+    def read(self, limit: int) -> bytes | None:
+        """The whole body (as :meth:`chunks` gives it) if it is at most ``limit`` bytes; None
+        as soon as it is longer (the rest unread: close without reuse)."""
+        parts: list[bytes] = []
+        size = 0
+        for chunk in self.chunks(min(limit + 1, 1 << 16)):
+            size += len(chunk)
+            if size > limit:
+                return None
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def discard(self, limit: int = 64 * 1024) -> None:
+        """Read and drop a short body (a 401's), so the connection goes back to the pool;
+        close it instead when the body is longer than ``limit`` or the read fails."""
+        try:
+            whole = self.read(limit) is not None
+        except OriginUnreachableError:
+            whole = False
+        self.close(reuse=whole)
 
     def close(self, *, reuse: bool) -> None:
         """Release the connection (to the pool when ``reuse`` and the body was read whole)."""
@@ -112,7 +134,8 @@ class OriginClient:
             raise _unreachable(exc, "") from None
         return OriginAnswer(
             status=response.status,
-            headers={name.lower(): value for name, value in response.headers.items()},
+            # one value per name, repeated headers joined with ", " (two WWW-Authenticate)
+            headers={name.lower(): response.headers[name] for name in response.headers},
             _response=response,
         )
 

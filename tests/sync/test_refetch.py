@@ -4,6 +4,8 @@ negotiation, a HEAD — and with a remote store to push what it fetched."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -16,6 +18,7 @@ from fetchproxy.keys.request import RequestKey
 from fetchproxy.lock.file import write_lock
 from fetchproxy.lock.model import Fetch, Lock
 from fetchproxy.record.origins import OriginPolicy
+from fetchproxy.record.tokens import redacted_token_answer
 from fetchproxy.store import DiskStore
 from fetchproxy.store.remote_url import RemoteURL
 from fetchproxy.sync.refetch import plan_refetch
@@ -214,3 +217,59 @@ def test_store_fetch_with_a_remote_pushes_what_it_holds(
         digest_bytes(A), digest_bytes(B), digest_bytes(b"here today"),
         digest_bytes(b"not found\n"), EMPTY,
     }  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ token answers
+
+
+def token_answer(token: str, issued_at: str) -> bytes:
+    return json.dumps(
+        {"token": token, "access_token": token, "expires_in": 300, "issued_at": issued_at}
+    ).encode()
+
+
+def test_a_token_answer_is_compared_redacted_as_record_stored_it(tmp_path: Path) -> None:
+    """A token endpoint answers a fresh token every time: the entry locked ``redacted =
+    "token"`` is compared with the origin's answer after record's own redaction, so a new token
+    is no drift and what goes into the store is the redacted answer, never the token. An answer
+    that carries no token is CONTENT DRIFT, said as such; so is one whose other members
+    changed."""
+    locked = redacted_token_answer(token_answer("recorded-token", "2024-01-01T00:00:00Z"), None)
+    assert locked is not None
+    fresh = "eyJhbGciOi.eyJzdWIiOi.fresh-token-never-stored"
+    files = {
+        "/token": token_answer(fresh, "2025-06-01T12:00:00Z"),
+        "/moved": b"<html>the token service moved</html>",
+        "/longer": token_answer(fresh, "now").replace(b"300", b"600"),
+    }
+    server = FileOrigin(files, tls=True, pki=tmp_path / "pki")
+    lock = Lock.from_fetches(
+        [
+            dataclasses.replace(entry("GET", server.url(path), locked), redacted="token")
+            for path in files
+        ]
+    )
+    write_lock(tmp_path / "fetchproxy.lock.toml", lock)
+    with server:
+        assert server.ca_cert is not None
+        done = store_fetch(tmp_path, "--upstream-ca", str(server.ca_cert))
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    store = DiskStore(tmp_path / "store")
+    assert set(store.digests()) == {digest_bytes(locked)}
+    assert f"GET {server.url('/token')}:" not in out  # fetched: no drift
+    assert (
+        f"GET {server.url('/moved')}: CONTENT DRIFT: the lock holds a token answer (redacted = "
+        '"token"), but the origin sent 36 bytes that are not a JSON object with a token, '
+        "access_token, refresh_token or id_token; nothing was put in the store" in out
+    )
+    changed = redacted_token_answer(files["/longer"], None)
+    assert changed is not None
+    assert (
+        f"GET {server.url('/longer')}: CONTENT DRIFT: the origin's token answer, redacted, is "
+        f"other bytes ({len(changed)} bytes, {digest_bytes(changed)}) than the lock's "
+        f"{digest_bytes(locked)} ({len(locked)} bytes); not put in the store" in out
+    )
+    assert fresh not in out + done.stderr
+    assert all(fresh.encode() not in path.read_bytes() for path in (tmp_path / "store").rglob("*")
+               if path.is_file())  # fmt: skip

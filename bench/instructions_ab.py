@@ -61,15 +61,16 @@ def per_hit(counts: dict[str, int], hits: int) -> dict[str, float]:
 
 
 def measure(tree: Path, hits: int, work: Path, services: Services) -> dict[str, float]:
-    fixture = make_fixture(work / tree.name, large=1 << 20, startup_entries=10, lock_entries=10)
-    out = work / f"{tree.name}.callgrind"
+    work.mkdir()
+    fixture = make_fixture(work, large=1 << 20, startup_entries=10, lock_entries=10)
+    out = work / "callgrind.out"
     argv = [
         "valgrind",
         "--tool=callgrind",
         "--instr-atstart=no",
         "--cache-sim=yes",
         f"--callgrind-out-file={out}",
-        *serve_argv(fixture, fixture.serve_lock, work / f"{tree.name}.events"),
+        *serve_argv(fixture, fixture.serve_lock, work / "events.jsonl"),
     ]
     service = services.start_announcing(
         f"callgrind-{tree.name}",
@@ -109,7 +110,10 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="instructions-ab-"))
     try:
         with Services(work) as services:
-            results = {tree: measure(tree, args.requests, work, services) for tree in trees}
+            results = {
+                tree: measure(tree, args.requests, work / str(i), services)
+                for i, tree in enumerate(trees)
+            }
     finally:
         shutil.rmtree(work, ignore_errors=True)
     base = results[trees[0]]

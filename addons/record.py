@@ -21,7 +21,7 @@ import socket
 from collections.abc import Collection
 from pathlib import Path
 
-from mitmproxy import addonmanager, ctx, exceptions, http
+from mitmproxy import addonmanager, connection, ctx, exceptions, http
 from mitmproxy.proxy import server_hooks
 
 from fetchproxy.addons import flows
@@ -173,6 +173,9 @@ class Record:
         """Flows forwarded upstream whose answer is not yet stored (or failed)."""
         self._checked: dict[tuple[str, int], str] = {}
         """Origins the policy allowed, with the address checked: the one connected to."""
+        self._dialled: dict[str, tuple[str, int]] = {}
+        """Server connections being dialled at a checked address, by id: the name and port
+        each was asked for, given back once the dial is done (:meth:`server_connected`)."""
 
     # ------------------------------------------------------------------------- stock mitmproxy
 
@@ -299,7 +302,32 @@ class Record:
                 return
         if server.sni is None and not _is_address(host):
             server.sni = host
+        if checked != host:
+            self._dialled[server.id] = server.address
         server.address = (checked, port)
+
+    def server_connected(self, data: server_hooks.ServerConnectionHookData) -> None:
+        """The connection is made at the checked address (its ``peername``): its ``address`` is
+        the name again, as it is when mitmproxy resolves a name itself.
+
+        mitmproxy gives a request an open server connection only when the connection's address
+        is the one the request asked for: the name. Left at the checked address, a connection
+        would serve no other request, so a keep-alive client got a new server connection for
+        each request, each kept open while its own connection was, and its sixth request waited
+        forever: mitmproxy holds at most five connections to one server address for each
+        client connection. mitmproxy refuses to change the address of an open connection (an
+        addon that did would mean to redirect it); this one is not redirected, only named as
+        it was asked for, so the guard is stepped around.
+        """
+        self._give_back_the_name(data.server)
+
+    def server_connect_error(self, data: server_hooks.ServerConnectionHookData) -> None:
+        self._give_back_the_name(data.server)
+
+    def _give_back_the_name(self, server: connection.Server) -> None:
+        asked = self._dialled.pop(server.id, None)
+        if asked is not None:
+            object.__setattr__(server, "address", asked)
 
     async def _answer_kept(self, flow: http.HTTPFlow, key: RequestKey) -> bool:
         """With --keep: answer from the existing lock when it holds the request."""

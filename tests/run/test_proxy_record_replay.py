@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import errno
+import http.client
 import random
 import resource
 import shutil
+import socket
+import ssl
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,12 +41,15 @@ from tests.support.origin import (
     SECRET_BODY,
     SECRET_TOKEN,
     SMALL,
+    Origin,
+    OriginPKI,
     echo_answer,
     large_chunks,
+    standard_site,
     upload_pack_answer,
     upload_pack_body,
 )
-from tests.support.proxy import REPLAY_ENGINES, ProxyThread, Rig
+from tests.support.proxy import REPLAY_ENGINES, Paths, ProxyThread, Rig, StartProxy
 
 WANT_A = "a" * 40
 WANT_B = "b" * 40
@@ -475,6 +481,36 @@ def test_the_last_fetch_before_stop_is_in_the_lock(rig: Rig) -> None:
         assert rig.get(recorder, "/medium.bin").body == MEDIUM
         recorder.stop()
         assert [f.key.url for f in load_lock(lock).fetches] == [rig.origin.url("/medium.bin")]
+
+
+def test_a_keep_alive_client_of_a_named_origin_is_served_on_one_upstream_connection(
+    origin_pki: OriginPKI, start_proxy: StartProxy, paths: Paths
+) -> None:
+    """Record dials the address its origin check looked at, but the connection stays the
+    name's: mitmproxy gives a request an open server connection only when it is to the address
+    the request asked for (the name). Left at the address, each request of a keep-alive client
+    dialled anew, and the sixth on one client connection waited forever: mitmproxy holds at most
+    five connections to one server address for a client connection (Maven stalled so)."""
+    # the origin listens where record dials "localhost": the name's first address
+    address = str(socket.getaddrinfo("localhost", 0, type=socket.SOCK_STREAM)[0][4][0])
+    with Origin(standard_site(), origin_pki, address=(address, 0), name="localhost") as origin:
+        recorder = start_proxy("record")
+        host, port = recorder.url.removeprefix("http://").rsplit(":", 1)
+        context = ssl.create_default_context(cafile=str(paths.ca_cert))
+        client = http.client.HTTPSConnection(host, int(port), context=context, timeout=10)
+        client.set_tunnel("localhost", origin.port)  # one CONNECT, then keep-alive requests
+        answers = []
+        try:
+            for n in range(8):
+                client.request("GET", f"/small.txt?n={n}")
+                response = client.getresponse()
+                answers.append((response.status, response.read()))
+        finally:
+            client.close()
+        assert recorder.stop() == 0
+    assert answers == [(200, SMALL)] * 8
+    assert origin.connections == 1
+    assert len(load_lock(paths.lock)) == 8
 
 
 @REPLAY_ENGINES

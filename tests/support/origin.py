@@ -158,12 +158,14 @@ class Origin:
         address: tuple[str, int] = ("127.0.0.1", 0),
         name: str | None = None,
     ) -> None:
-        """``address``: where it listens; ``name``: the host its URLs name (the address's)."""
+        """``address``: where it listens (IPv4 or IPv6); ``name``: the host its URLs name (the
+        address's)."""
         self.site = site
         self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._context.load_cert_chain(pki.cert, pki.key)
         self._context.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self._listener = socket.socket(family, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(address)
         self._listener.listen(128)

@@ -10,6 +10,12 @@ reading from the other side pauses until it drains, so a connection holds at mos
 ``2 * (WRITE_LIMIT + 256 KiB)`` (one read) however fast one side sends and however slowly the
 other reads. A half-close (EOF) is passed on as a half-close; when both directions are done,
 both sockets close. A reset or error on one side resets the other.
+
+A client's bytes wait until its connection to the target is made: its reading is paused from
+the start. asyncio before Python 3.11.4 (Debian 12's 3.11.2 among them) ignores a pause made in
+``connection_made`` (CPython gh-103607) and reads anyway, so what such a transport reads before
+the target is connected is kept and written first (at most a read or two: the pause is made
+again at once, and now holds), and an early EOF is passed on after it.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ class _Side(asyncio.Protocol):
         self.peer: _Side | None = None
         self.eof = False
         self.lost = False
+        self.early: list[bytes] = []
+        """What was read before the peer's connection was made, to be written to it first."""
         self._paused: set[str] = set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -60,13 +68,29 @@ class _Side(asyncio.Protocol):
             return None
         return self.peer.transport
 
+    def _peer_pending(self) -> bool:
+        """The peer's connection is still being made."""
+        return self.peer is not None and self.peer.transport is None and not self.peer.lost
+
     def data_received(self, data: bytes) -> None:
         peer = self._writable_peer()
         if peer is not None:
             peer.write(data)
+        elif self._peer_pending():  # read while paused: the asyncio of gh-103607
+            self.early.append(data)
+            self._pause_again()
+
+    def _pause_again(self) -> None:
+        """Make the pause hold: the transport thinks it is paused, but its reader is registered
+        (its pause came before the reader was), so resume and pause it once more."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+            self.transport.pause_reading()
 
     def eof_received(self) -> bool:
         self.eof = True
+        if self._peer_pending():  # passed on once the peer is connected, after self.early
+            return True
         peer = self._writable_peer()
         if peer is None:
             return False  # close this side
@@ -131,6 +155,13 @@ class _Pair:
         if side is self.client:
             self.relay.pairs.add(self)
             self.connecting = asyncio.get_running_loop().create_task(self._connect())
+            return
+        assert side.transport is not None
+        early, self.client.early = self.client.early, []
+        for chunk in early:
+            side.transport.write(chunk)
+        if self.client.eof and side.transport.can_write_eof():
+            side.transport.write_eof()
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()

@@ -28,6 +28,11 @@ STAGING = "/run"
 NEW_ROOT = "/run/root"
 LAYERS = "/run/layers"
 LOCKED_DOWN = linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
+BUILDING_UMASK = 0o022
+"""The umask the build's tree is made with, whatever the launcher's: the directories made for
+it (``/`` as an overlay's upper directory shows it, mount points, /run/fetchproxy) are 0755 and
+its files 0444, so every user in the build can reach them (apt's downloads run as ``_apt`` and
+read the CA bundle). The build itself gets the launcher's umask back."""
 
 
 def inside(path: str) -> str:
@@ -202,6 +207,7 @@ def apply_mount_plan(plan: dict[str, Any]) -> None:
 
     An OSError names the build's path (``/proc``), not where it was being built.
     """
+    umask = os.umask(BUILDING_UMASK)
     try:
         _apply(plan)
     except OSError as error:
@@ -209,6 +215,8 @@ def apply_mount_plan(plan: dict[str, Any]) -> None:
         if isinstance(name, str) and linux.is_under(name, NEW_ROOT):
             raise OSError(error.errno, error.strerror, name[len(NEW_ROOT) :] or "/") from None
         raise
+    finally:
+        os.umask(umask)
 
 
 def _apply(plan: dict[str, Any]) -> None:

@@ -8,8 +8,10 @@ no origin connection. docs/clients.md shows the same commands (``test_clients_do
 it against :data:`RECIPES`).
 
 - **apt** trusts only ``Acquire::https::CAInfo``: fetchproxy's ``APT_CONFIG`` file sets it. The
-  build's own ``-o`` options only keep apt away from the host's lists, sources and cache (and
-  download as root: ``_apt`` cannot enter pytest's 0700 temporary directory).
+  build's own ``-o`` options only keep apt away from the host's lists, sources and cache. In the
+  root sandbox apt drops to ``_apt`` for its downloads, as on a user's machine, and ``_apt``
+  reads the CA bundle in /run/fetchproxy/; in the user sandbox (no root) it cannot, and
+  fetchproxy's file makes it download as the build's own user.
 - **Java** reads no variable at all: fetchproxy's ``JAVA_TOOL_OPTIONS`` names a trust store of
   the whole CA bundle and the proxy; the build is the JDK's own HTTP client (``java
   Fetch.java URL...``), with no flag.
@@ -21,9 +23,12 @@ import gzip
 import hashlib
 import json
 import os
+import pwd
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,14 +61,27 @@ pytestmark = [
 # ------------------------------------------------------------------------------------------ apt
 
 APT_PACKAGE = "fetchproxy-hello"
+APT_DEB = f"{APT_PACKAGE}_1.0_all.deb"
 APT_STATE = "apt-state"
-_S = f"$PWD/{APT_STATE}"  # apt takes Dir::Etc::* paths relative to /etc/apt
-APT_OPTIONS = (
-    f"-o Dir::State::Lists={_S}/lists -o Dir::Cache={_S}/cache"
-    f" -o Dir::Etc::SourceList={_S}/sources.list -o Dir::Etc::SourceParts={_S}/none"
-    f" -o Dir::Etc::PreferencesParts={_S}/none -o APT::Sandbox::User=root"
+APT_DEBS = "debs"
+"""Where ``apt-get download`` writes (its working directory): a directory ``_apt`` may write, as
+a user's would be, or apt downloads as root and warns."""
+APT_OPTIONS = (  # apt takes Dir::Etc::* paths relative to /etc/apt: $S is absolute
+    '-o Dir::State::Lists="$S/lists" -o Dir::Cache="$S/cache"'
+    ' -o Dir::Etc::SourceList="$S/sources.list" -o Dir::Etc::SourceParts="$S/none"'
+    ' -o Dir::Etc::PreferencesParts="$S/none"'
 )
-APT_BUILD = f"apt-get {APT_OPTIONS} update && apt-get {APT_OPTIONS} download {APT_PACKAGE}"
+APT_BUILD = (
+    f'S="$PWD/{APT_STATE}"; apt-get {APT_OPTIONS} "$@" update'
+    f' && cd {APT_DEBS} && apt-get {APT_OPTIONS} "$@" download {APT_PACKAGE}'
+)
+"""``sh -c APT_BUILD sh [OPTION...]``: the build's own options, if any, go to both commands."""
+UNSANDBOXED = "Download is performed unsandboxed as root"
+"""apt's warning when it cannot drop to ``_apt`` for a download."""
+UNPRIVILEGED = ["setpriv", "--bounding-set=-all,+setfcap", "--inh-caps=-all", "--no-new-privs"]
+"""Root without its capabilities (``tests/sandbox/test_user.py``'s launcher): fetchproxy cannot
+build the root sandbox and takes the user sandbox, as for any user without root."""
+USER_SANDBOX_NOTICE = "fetchproxy: not root, so the build runs in the unprivileged sandbox"
 
 
 def apt_repository(directory: Path) -> dict[str, tuple[str, bytes]]:
@@ -115,43 +133,107 @@ def apt_repository(directory: Path) -> dict[str, tuple[str, bytes]]:
     }
 
 
-def apt_work(tmp_path: Path, origin_url: str) -> Path:
+def apt_work(tmp_path: Path, origin_url: str, *, debs_owner: int = 0) -> Path:
+    """A working directory with apt's state and the download directory, owned by
+    ``debs_owner``."""
     work = prepare_work(tmp_path)
     state = work / APT_STATE
     for sub in ("lists/partial", "cache/archives/partial", "none"):
         (state / sub).mkdir(parents=True)
     (state / "sources.list").write_text(f"deb [trusted=yes] {origin_url}/debian stable main\n")
+    (work / APT_DEBS).mkdir()
+    os.chown(work / APT_DEBS, debs_owner, -1)
     return work
 
 
-def debs(work: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in work.glob("*.deb")}
+def downloaded(work: Path) -> dict[str, str]:
+    """The .deb files apt wrote: name → SHA-256 (apt gives them to root once downloaded)."""
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (work / APT_DEBS).glob("*.deb")
+    }
 
 
-def test_apt_trusts_the_run_through_apt_config_and_replays(tmp_path: Path) -> None:
+def apt(
+    work: Path, store: Path, *args: str | Path, apt_options: Sequence[str] = (), **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    """``fetchproxy ARGS -- sh -c APT_BUILD`` from ``work``."""
+    return fetchproxy(work, store, *args, "--", "sh", "-c", APT_BUILD, "sh", *apt_options, **kwargs)
+
+
+def with_umask(umask: int) -> list[str]:
+    """A command prefix: run with ``umask``."""
+    return ["sh", "-c", f'umask {umask:03o} && exec "$@"', "sh"]
+
+
+def test_apt_drops_to_apt_and_trusts_the_run_through_apt_config_and_replays(
+    tmp_path: Path,
+) -> None:
+    """As on a user's machine, apt downloads as ``_apt`` (uid 42 on Debian): it gives the lists'
+    partial directory to ``_apt``, does not warn that it downloads as root, and its https method,
+    running as ``_apt``, reads the CA bundle in /run/fetchproxy/. Recorded from a launcher with
+    umask 077 (a hardened login), replayed with umask 022."""
+    apt_user = pwd.getpwnam("_apt")  # Debian's apt package makes it
     files = apt_repository(tmp_path / "build")
+    expected = {APT_DEB: hashlib.sha256(files[f"/debian/pool/main/{APT_DEB}"][1]).hexdigest()}
     with HTTPSOrigin(tmp_path / "origin", static_site(files)) as origin:
-        work = apt_work(tmp_path / "record", origin.url)
-        recorded = fetchproxy(
+        work = apt_work(tmp_path / "record", origin.url, debs_owner=apt_user.pw_uid)
+        recorded = apt(
             work, tmp_path / "store", "record", "--upstream-ca", origin.ca_path,
-            "--", "sh", "-c", APT_BUILD,
+            prefix=with_umask(0o077),
         )  # fmt: skip
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    assert UNSANDBOXED not in recorded.stderr
     assert "Certificate verification failed" not in recorded.stdout
     fetched = [r.target for r in origin.requests]
     assert "/debian/dists/stable/Release" in fetched
-    assert f"/debian/pool/main/{APT_PACKAGE}_1.0_all.deb" in fetched
-    got = debs(work)
-    deb = f"{APT_PACKAGE}_1.0_all.deb"
-    assert got == {deb: hashlib.sha256(files[f"/debian/pool/main/{deb}"][1]).hexdigest()}
+    assert f"/debian/pool/main/{APT_DEB}" in fetched
+    assert (work / APT_STATE / "lists/partial").stat().st_uid == apt_user.pw_uid
+    assert downloaded(work) == expected
 
+    again = apt_work(tmp_path / "replay", origin.url, debs_owner=apt_user.pw_uid)
+    shutil.copy(work / LOCK, again / LOCK)
+    replayed = apt(again, tmp_path / "store", "replay", "--exact", prefix=with_umask(0o022))
+    assert_replay_served(replayed, again, requests=lock_entries(again))
+    assert UNSANDBOXED not in replayed.stderr
+    assert (again / APT_STATE / "lists/partial").stat().st_uid == apt_user.pw_uid
+    assert downloaded(again) == expected
+    assert len(origin.requests) == len(fetched)  # the replay reached no origin
+
+
+def test_apt_in_the_user_sandbox_downloads_as_the_builds_own_user_and_replays(
+    tmp_path: Path,
+) -> None:
+    """Without root fetchproxy takes the user sandbox, whose one mapped id is the launcher's:
+    apt's own drop to ``_apt`` fails there (``setgroups 65534 failed``; ``_apt`` is not even
+    mapped), so fetchproxy's ``APT_CONFIG`` file sets ``APT::Sandbox::User "root"`` and apt
+    downloads as the build's own user. apt's default, given back by the build's ``-o``, fails."""
+    files = apt_repository(tmp_path / "build")
+    expected = {APT_DEB: hashlib.sha256(files[f"/debian/pool/main/{APT_DEB}"][1]).hexdigest()}
+    with HTTPSOrigin(tmp_path / "origin", static_site(files)) as origin:
+        work = apt_work(tmp_path / "record", origin.url)
+        recorded = apt(
+            work, tmp_path / "store", "record", "--upstream-ca", origin.ca_path,
+            prefix=UNPRIVILEGED,
+        )  # fmt: skip
+        assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+        assert USER_SANDBOX_NOTICE in recorded.stderr
+        assert downloaded(work) == expected
+
+        default = apt_work(tmp_path / "apt-default", origin.url)
+        refused = apt(
+            default, tmp_path / "store", "record", "--upstream-ca", origin.ca_path,
+            apt_options=["-o", "APT::Sandbox::User=_apt"], prefix=UNPRIVILEGED,
+        )  # fmt: skip
+    assert refused.returncode != 0
+    assert "E: setgroups 65534 failed - setgroups (1: Operation not permitted)" in refused.stderr
+    assert downloaded(default) == {}
+
+    fetched = [r.target for r in origin.requests]
     again = apt_work(tmp_path / "replay", origin.url)
     shutil.copy(work / LOCK, again / LOCK)
-    replayed = fetchproxy(
-        again, tmp_path / "store", "replay", "--exact", "--", "sh", "-c", APT_BUILD
-    )
+    replayed = apt(again, tmp_path / "store", "replay", "--exact", prefix=UNPRIVILEGED)
     assert_replay_served(replayed, again, requests=lock_entries(again))
-    assert debs(again) == got
+    assert downloaded(again) == expected
     assert len(origin.requests) == len(fetched)  # the replay reached no origin
 
 

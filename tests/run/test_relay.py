@@ -1,4 +1,10 @@
-"""The relay: bytes unchanged both ways, half-closes passed on, bounded buffers, clean stops."""
+"""The relay: bytes unchanged both ways, half-closes passed on, bounded buffers, clean stops.
+
+Every test runs twice: with this Python's asyncio, and with the asyncio of Python 3.11.0 to
+3.11.3 (Debian 12's python3 is 3.11.2), where a transport paused in ``connection_made`` reads
+anyway (CPython gh-103607): the relay must not lose what a client sends before the target is
+connected.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,28 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from fetchproxy.run.relay import WRITE_LIMIT, Relay
+
+
+def _add_reader_ignoring_a_pause(
+    self: asyncio.selector_events._SelectorTransport,  # type: ignore[name-defined]
+    fd: int,
+    callback: Callable[..., object],
+    *args: object,
+) -> None:
+    """``_SelectorTransport._add_reader`` as in Python 3.11.0 to 3.11.3: it registers the
+    reader even when the transport was paused before, as in ``connection_made``."""
+    if self._closing:
+        return
+    self._loop._add_reader(fd, callback, *args)
+
+
+@pytest.fixture(autouse=True, params=["this-asyncio", "asyncio-of-python-3.11.2"])
+def asyncio_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param != "this-asyncio":
+        transport = asyncio.selector_events._SelectorTransport  # type: ignore[attr-defined]
+        monkeypatch.setattr(transport, "_add_reader", _add_reader_ignoring_a_pause)
+    return str(request.param)
+
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 READ_SIZE = 256 * 1024  # the most asyncio's socket transports read at once
@@ -79,6 +107,22 @@ def test_bytes_cross_unchanged_both_ways_and_a_half_close_is_passed_on() -> None
             assert answer[40:] == bytes(range(256)) * 12288
             await settle(relay)
             assert (relay.accepted, relay.failed) == (1, 0)
+
+    asyncio.run(main())
+
+
+def test_a_half_close_before_the_target_is_connected_reaches_it() -> None:
+    async def answer_the_eof(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"got %d bytes, then EOF" % len(await reader.read()))
+        await close(writer)
+
+    async def main() -> None:
+        async with target(answer_the_eof) as address, relay_to(address) as (relay, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write_eof()  # at once, nothing sent
+            assert await asyncio.wait_for(reader.read(), 5) == b"got 0 bytes, then EOF"
+            await close(writer)
+            await settle(relay)
 
     asyncio.run(main())
 

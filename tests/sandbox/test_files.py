@@ -539,3 +539,45 @@ def test_a_host_mount_that_is_not_a_directory_is_bound_read_only(
     assert report == {"read": "mounted over it\n", "append": "EROFS"}
     assert source.read_text() == "mounted over it\n"
     assert target.read_text() == "the host's\n"
+
+
+MODES = textwrap.dedent(
+    """
+    import json, os, stat, sys
+    umask = os.umask(0)
+    os.umask(umask)
+    paths = ["/", "/run", "/run/fetchproxy", "/run/fetchproxy/ca.pem", "/etc/resolv.conf"]
+    cwd = os.getcwd()
+    while cwd != "/":  # the working directory's parents: made by the sandbox under /tmp
+        paths.append(cwd)
+        cwd = os.path.dirname(cwd)
+    modes = {p: oct(stat.S_IMODE(os.stat(p).st_mode)) for p in paths}
+    print(json.dumps({"umask": oct(umask), "modes": modes}))
+    """
+)
+
+
+def test_what_the_sandbox_makes_is_as_readable_whatever_the_launchers_umask(
+    builds: Builds,
+) -> None:
+    """A launcher with umask 077 (a hardened login) still gives the build a ``/`` every user
+    may enter and /run/fetchproxy's files every user may read: apt's downloads, as ``_apt``,
+    read the CA bundle there. The build keeps the launcher's umask for what it writes."""
+    before = os.umask(0o077)
+    try:
+        report = builds.run(MODES, files={"ca.pem": b"the run's CA\n"}).json()
+    finally:
+        os.umask(before)
+    work = builds.directory
+    assert work.parents[-2] == Path("/tmp")  # pytest's, whose parents are 0700 on the host
+    assert report["umask"] == "0o77"
+    assert report["modes"] == {
+        "/": "0o755",
+        "/run": "0o755",
+        "/run/fetchproxy": "0o755",
+        "/run/fetchproxy/ca.pem": "0o444",
+        "/etc/resolv.conf": "0o444",
+        "/tmp": "0o1777",
+        **{str(p): "0o755" for p in work.parents[:-2]},  # made by the sandbox in its /tmp
+        str(work): oct(stat.S_IMODE(work.stat().st_mode)),  # the host's own, bound in place
+    }

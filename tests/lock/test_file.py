@@ -106,6 +106,17 @@ def test_strings_that_need_escapes_round_trip() -> None:
     assert parse_lock(text).fetches == (odd,)
 
 
+def test_percent_signs_in_values_are_written_as_they_are() -> None:
+    """The writer renders most entries from a ``%``-template per shape: a value's own ``%s``,
+    ``%d`` or ``%%`` is data, never format (a URL's escapes are full of ``%``)."""
+    odd = entry("https://example.org/%41%s%d%%", content_type="a%sb", location="/%(x)s")
+    text = render_lock(Lock.from_fetches([odd]))
+    assert 'url = "https://example.org/%41%s%d%%"\n' in text
+    assert 'location = "/%(x)s"\n' in text
+    assert 'content-type = "a%sb"\n' in text
+    assert parse_lock(text).fetches == (odd,)
+
+
 def test_hand_edited_but_valid_toml_is_read_through_the_general_path() -> None:
     text = (
         "version = 1\n[[fetch]]\n"

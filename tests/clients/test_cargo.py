@@ -226,7 +226,6 @@ def test_cargo_records_and_replays_and_an_older_cargo_is_told_why_it_is_refused(
     assert accepts(lock) == ["text/plain"] * 3  # config.json and the two index files
     assert set(re.findall(r'^url = "(https://[^/"]+)/', lock, re.MULTILINE)) == {origin.url}
     resolved = (work / "app" / "Cargo.lock").read_text()
-    seen = len(origin.requests)
 
     again = cargo_work(tmp_path / "replay", origin.url)
     shutil.copy(work / LOCK, again / LOCK)
@@ -254,7 +253,6 @@ def test_cargo_records_and_replays_and_an_older_cargo_is_told_why_it_is_refused(
     ]  # cargo stops at the first refusal
     assert hint in str(refusals[0]["hint"])
     assert downloaded(older) == {}
-    assert len(origin.requests) == seen  # the replays reached no origin
 
 
 def test_one_lock_serves_both_cargos_where_accept_selects_nothing(
@@ -276,7 +274,6 @@ def test_one_lock_serves_both_cargos_where_accept_selects_nothing(
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
     assert downloaded(work) == EXPECTED
     assert accepts((work / LOCK).read_text()) == ["*"] * len(files)  # the whole host
-    seen = len(origin.requests)
 
     for name, cargo in (("new", new), ("old", old)):
         again = cargo_work(tmp_path / name, origin.url)
@@ -285,4 +282,3 @@ def test_one_lock_serves_both_cargos_where_accept_selects_nothing(
         replayed = cargo_fetch(cargo, again, store, "replay", "--exact")
         assert_replay_served(replayed, again, requests=len(files))
         assert downloaded(again) == EXPECTED, name
-    assert len(origin.requests) == seen  # the replays reached no origin

@@ -160,11 +160,9 @@ def test_pnpm_installs_the_same_from_the_replay_and_never_checks_for_itself(
     assert "lastUpdateCheck" in (checked / PNPM_STATE).read_text()
 
     registry.stop()
-    seen = len(registry.requests)
     run(registry, work, "replay", PNPM_INSTALL)
     assert pnpm_result(work) == installed
     assert not (work / PNPM_STATE).exists()
-    assert len(registry.requests) == seen
 
 
 # ----------------------------------------------------------------------------------------- yarn
@@ -217,7 +215,5 @@ def test_yarn_installs_the_same_from_the_replay_and_never_checks_for_itself(
     assert f"record: refused GET {YARN_CHECK}: yarnpkg.com:443 is not among the allowed" in output
 
     registry.stop()
-    seen = len(registry.requests)
     run(registry, work, "replay", build)
     assert yarn_result(work) == installed
-    assert len(registry.requests) == seen

@@ -569,11 +569,9 @@ def test_skopeo_behind_a_token_server_is_challenged_in_replay_and_no_token_is_lo
     assert tokens.refused == 0  # with credentials: skopeo sent them with every token request
 
     token_registry.stop()
-    seen = len(token_registry.origin.requests)
     again, replayed = replay(tmp_path, lock, first)
     outputs.append(replayed)
     assert tree(again / "out") == token_registry.image.pulled()
-    assert len(token_registry.origin.requests) == seen  # the replay reached no origin
     log = [json.loads(line) for line in (again / EVENT_LOG).read_text().splitlines()]
     used = [event["key"] for event in log if event["event"] == "used"]
     assert {"method": "GET", "url": token_url} in used  # skopeo asked for a token in replay too

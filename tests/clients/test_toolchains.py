@@ -197,7 +197,6 @@ def test_apt_drops_to_apt_and_trusts_the_run_through_apt_config_and_replays(
     assert UNSANDBOXED not in replayed.stderr
     assert (again / APT_STATE / "lists/partial").stat().st_uid == apt_user.pw_uid
     assert downloaded(again) == expected
-    assert len(origin.requests) == len(fetched)  # the replay reached no origin
 
 
 def test_apt_in_the_user_sandbox_downloads_as_the_builds_own_user_and_replays(
@@ -228,13 +227,11 @@ def test_apt_in_the_user_sandbox_downloads_as_the_builds_own_user_and_replays(
     assert "E: setgroups 65534 failed - setgroups (1: Operation not permitted)" in refused.stderr
     assert downloaded(default) == {}
 
-    fetched = [r.target for r in origin.requests]
     again = apt_work(tmp_path / "replay", origin.url)
     shutil.copy(work / LOCK, again / LOCK)
     replayed = apt(again, tmp_path / "store", "replay", "--exact", prefix=UNPRIVILEGED)
     assert_replay_served(replayed, again, requests=lock_entries(again))
     assert downloaded(again) == expected
-    assert len(origin.requests) == len(fetched)  # the replay reached no origin
 
 
 # ----------------------------------------------------------------------------------------- java
@@ -315,7 +312,6 @@ def test_the_jvm_trusts_the_run_through_java_tool_options_and_replays(tmp_path: 
     )
     assert_replay_served(replayed, again, requests=2)
     assert fetched_files(again) == fetched_files(work)
-    assert len(origin.requests) == 2  # the replay reached no origin
 
 
 # --------------------------------------------------------------------------------------- tokens
@@ -382,7 +378,6 @@ def test_a_token_never_reaches_the_store_or_the_lock_and_re_records_are_stable(
         "access_token": PLACEHOLDER,
         "expires_in": 300,
     }
-    assert len(origin.requests) == 2  # the replay reached no origin
 
 
 # --------------------------------------------------------------------------------------- accept

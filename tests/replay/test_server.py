@@ -16,6 +16,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
@@ -270,16 +271,23 @@ def test_a_tls_1_2_client_may_not_renegotiate(served: Served) -> None:
     with subprocess.Popen(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     ) as client:
-        assert client.stdin is not None
-        assert client.stdout is not None
-        seen = b""
-        while b"Verify return code: 0 (ok)" not in seen:  # the first handshake, complete
-            line = client.stdout.readline()
-            assert line, seen.decode(errors="replace")
-            seen += line
-        client.stdin.write(b"R\n")  # s_client's command: renegotiate
-        client.stdin.flush()
-        rest, _ = client.communicate(timeout=DEADLINE)
+        stuck = threading.Timer(DEADLINE, client.kill)  # a read below never waits for ever
+        stuck.start()
+        try:
+            assert client.stdin is not None
+            assert client.stdout is not None
+            seen = b""
+            while b"Verify return code: 0 (ok)" not in seen:  # the first handshake, complete
+                line = client.stdout.readline()
+                assert line, seen.decode(errors="replace")
+                seen += line
+            client.stdin.write(b"R\n")  # s_client's command: renegotiate
+            client.stdin.flush()
+            rest, _ = client.communicate(timeout=DEADLINE)
+        finally:
+            stuck.cancel()
+            if client.poll() is None:
+                client.kill()
     assert b"RENEGOTIATING" in rest
     assert b"no renegotiation" in rest, rest.decode(errors="replace")
     fresh = Client(served)

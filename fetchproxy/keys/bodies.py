@@ -28,36 +28,37 @@ class _TooLargeError(Exception):
     pass
 
 
-def decoded_body(body: bytes, content_encoding: str | None) -> bytes:
-    """``body`` without the codings ``content_encoding`` lists; as it came when that fails."""
+def decoded_body(body: bytes, content_encoding: str | None, *, most: int = MAX_DECODED) -> bytes:
+    """``body`` without the codings ``content_encoding`` lists; as it came when that fails or
+    would be longer than ``most`` bytes (decoding stops there)."""
     if not body or not content_encoding:
         return body
     codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
     data = body
     try:
         for coding in reversed(codings):
-            data = _decode(data, coding)
+            data = _decode(data, coding, most)
     except (_TooLargeError, ValueError, zlib.error, brotli.error, zstandard.ZstdError):
         return body
     return data
 
 
-def _decode(data: bytes, coding: str) -> bytes:
+def _decode(data: bytes, coding: str, most: int) -> bytes:
     if coding == "identity":
         return data
     if coding in ("gzip", "x-gzip"):
-        return _inflate(data, 16 + zlib.MAX_WBITS)
+        return _inflate(data, 16 + zlib.MAX_WBITS, most)
     if coding == "deflate":
         try:
-            return _inflate(data, zlib.MAX_WBITS)
+            return _inflate(data, zlib.MAX_WBITS, most)
         except zlib.error:
-            return _inflate(data, -zlib.MAX_WBITS)  # raw deflate, as some clients send it
+            return _inflate(data, -zlib.MAX_WBITS, most)  # raw deflate, as some clients send it
     if coding == "br":
         decoder = brotli.Decompressor()
         out = bytearray()
         for start in range(0, len(data), 1 << 16):
             out += decoder.process(data[start : start + (1 << 16)])
-            _check_size(len(out))
+            _check_size(len(out), most)
         if not decoder.is_finished():
             raise ValueError("truncated brotli stream")
         return bytes(out)
@@ -66,20 +67,20 @@ def _decode(data: bytes, coding: str) -> bytes:
         out = bytearray()
         while chunk := reader.read(1 << 16):
             out += chunk
-            _check_size(len(out))
+            _check_size(len(out), most)
         return bytes(out)
     raise ValueError(f"unknown content coding {coding!r}")
 
 
-def _inflate(data: bytes, wbits: int) -> bytes:
+def _inflate(data: bytes, wbits: int, most: int) -> bytes:
     inflater = zlib.decompressobj(wbits=wbits)
-    out = inflater.decompress(data, MAX_DECODED + 1)
-    _check_size(len(out))
+    out = inflater.decompress(data, most + 1)
+    _check_size(len(out), most)
     if not inflater.eof or inflater.unused_data:
         raise zlib.error("truncated or trailing data")
     return out
 
 
-def _check_size(size: int) -> None:
-    if size > MAX_DECODED:
+def _check_size(size: int, most: int) -> None:
+    if size > most:
         raise _TooLargeError

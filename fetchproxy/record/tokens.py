@@ -52,7 +52,7 @@ def may_be_token_answer(method: str, content_length: str | None) -> bool:
 def redacted_token_answer(body: bytes, content_encoding: str | None) -> bytes | None:
     """The body to store for an answer that carries a token (decoded from its
     ``content_encoding``: the stored answer has none); None when it carries none."""
-    data = decoded_body(body, content_encoding)
+    data = decoded_body(body, content_encoding, most=TOKEN_ANSWER_LIMIT)
     if len(data) > TOKEN_ANSWER_LIMIT or not data.lstrip(b" \t\r\n").startswith(b"{"):
         return None
     try:

@@ -148,7 +148,7 @@ def token_of(body: bytes | None, content_encoding: str | None, shown: str) -> tu
     document: object = None
     if body is not None:
         try:
-            document = json.loads(decoded_body(body, content_encoding))
+            document = json.loads(decoded_body(body, content_encoding, most=TOKEN_ANSWER_LIMIT))
         except (ValueError, RecursionError):
             document = None
     if not isinstance(document, dict):

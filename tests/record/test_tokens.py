@@ -5,8 +5,11 @@ from __future__ import annotations
 import gzip
 import json
 
+import brotli  # type: ignore[import-untyped]
 import pytest
+import zstandard
 
+from fetchproxy.keys.bodies import decoded_body
 from fetchproxy.record.tokens import (
     PLACEHOLDER,
     TOKEN_ANSWER_LIMIT,
@@ -94,3 +97,18 @@ def test_only_small_bodies_are_held_for_the_check() -> None:
     assert not may_be_token_answer("HEAD", "100")
     big = json.dumps({"token": "x", "pad": "a" * TOKEN_ANSWER_LIMIT}).encode()
     assert redacted_token_answer(big, None) is None
+
+
+@pytest.mark.parametrize("coding", ["gzip", "br", "zstd"])
+def test_a_compressed_answer_is_decoded_no_further_than_a_token_answer_may_be(coding: str) -> None:
+    """Record looks at every small answer for a token: a 256 KiB body that would inflate to
+    64 MiB is given up at the token answer's limit, not decoded whole first."""
+    big = b'{"token": "' + b"a" * (8 * TOKEN_ANSWER_LIMIT) + b'"}'
+    packed = {
+        "gzip": gzip.compress,
+        "br": brotli.compress,
+        "zstd": zstandard.ZstdCompressor().compress,
+    }[coding](big)
+    assert decoded_body(packed, coding, most=TOKEN_ANSWER_LIMIT) == packed  # as it came
+    assert decoded_body(packed, coding) == big  # the default limit is far above it
+    assert redacted_token_answer(packed, coding) is None

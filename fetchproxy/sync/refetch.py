@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fetchproxy.digest import EMPTY, Digest
-from fetchproxy.keys.request import RequestKey
+from fetchproxy.keys.request import ANY_ACCEPT, RequestKey
 from fetchproxy.lock.model import Fetch, Lock
 from fetchproxy.record.origins import OriginPolicy, origin_of
 from fetchproxy.record.rules import UPSTREAM_ACCEPT_ENCODING
@@ -263,7 +263,7 @@ def refetch(
 def request_headers(key: RequestKey, user_agent: str) -> dict[str, str]:
     """What ``store fetch`` sends: the key's selecting headers, identity encoding, its name."""
     headers = {"accept-encoding": UPSTREAM_ACCEPT_ENCODING, "user-agent": user_agent}
-    if key.accept is not None:
+    if key.accept is not None and key.accept != ANY_ACCEPT:  # "*": Accept selects nothing here
         headers["accept"] = key.accept
     if key.git_protocol is not None:
         headers["git-protocol"] = key.git_protocol

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from fetchproxy.digest import EMPTY, digest_bytes
-from fetchproxy.keys.request import RequestKey
+from fetchproxy.keys.request import ANY_ACCEPT, RequestKey
 from fetchproxy.lock.file import write_lock
 from fetchproxy.lock.model import Fetch, Lock
 from fetchproxy.record.origins import OriginPolicy
 from fetchproxy.record.tokens import redacted_token_answer
 from fetchproxy.store import DiskStore
 from fetchproxy.store.remote_url import RemoteURL
-from fetchproxy.sync.refetch import plan_refetch
+from fetchproxy.sync.refetch import plan_refetch, request_headers
 from tests.support.cli import run_fetchproxy
 from tests.support.s3 import S3Endpoint, make_remote
 from tests.sync.origins import FileOrigin
@@ -273,3 +273,14 @@ def test_a_token_answer_is_compared_redacted_as_record_stored_it(tmp_path: Path)
     assert fresh not in out + done.stderr
     assert all(fresh.encode() not in path.read_bytes() for path in (tmp_path / "store").rglob("*")
                if path.is_file())  # fmt: skip
+
+
+def test_a_key_where_accept_selects_nothing_sends_no_accept() -> None:
+    """``accept = "*"`` is how the lock says Accept selects nothing at that URL; it is no media
+    range, and an origin that negotiates could answer 406 to it."""
+    url = "https://index.example/config.json"
+    assert "accept" not in request_headers(
+        RequestKey(method="GET", url=url, accept=ANY_ACCEPT), "t"
+    )
+    chosen = RequestKey(method="GET", url=url, accept="text/plain")
+    assert request_headers(chosen, "t")["accept"] == "text/plain"

@@ -57,7 +57,12 @@ EARLY: Final = 10
 
 
 class TokenError(FetchproxyError):
-    """The realm gave no token (its message names the realm, never a token)."""
+    """The realm gave no token (its message names the realm, never a token); ``lasting``: it
+    answered, and asking again in this run would get the same (not a network error)."""
+
+    def __init__(self, message: str, *, lasting: bool = True) -> None:
+        super().__init__(message)
+        self.lasting = lasting
 
 
 # --------------------------------------------------------------------------------- the token
@@ -105,7 +110,8 @@ class BearerTokens:
                 try:
                     slot.token, lifetime = self._ask(url)
                 except TokenError as exc:
-                    slot.refused = str(exc)
+                    if exc.lasting:  # a refusal holds for the run; a network error may pass
+                        slot.refused = str(exc)
                     raise
                 slot.until = self._clock() + max(lifetime - EARLY, 0)
             return f"Bearer {slot.token}"
@@ -120,7 +126,7 @@ class BearerTokens:
         try:
             answer = self._client.get(url, headers)
         except OriginUnreachableError as exc:
-            raise TokenError(f"the token server {shown}: {exc}") from None
+            raise TokenError(f"the token server {shown}: {exc}", lasting=False) from None
         whole = False
         try:
             if answer.status != 200:
@@ -137,7 +143,7 @@ class BearerTokens:
             whole = body is not None
             return token_of(body, answer.headers.get("content-encoding"), shown)
         except OriginUnreachableError as exc:
-            raise TokenError(f"the token server {shown}: {exc}") from None
+            raise TokenError(f"the token server {shown}: {exc}", lasting=False) from None
         finally:
             answer.close(reuse=whole)
 

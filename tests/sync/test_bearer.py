@@ -5,13 +5,19 @@ lock does not name."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from fetchproxy.sync.bearer import BearerTokens, TokenError
 from fetchproxy.sync.challenge import BearerChallenge, ChallengeError
-from fetchproxy.sync.upstream import OriginClient, upstream_context
+from fetchproxy.sync.upstream import (
+    OriginAnswer,
+    OriginClient,
+    OriginUnreachableError,
+    upstream_context,
+)
 from tests.sync.origins import HOST, FileOrigin
 
 AUTH = {("auth.docker.io", 443), ("registry-1.docker.io", 443)}
@@ -90,4 +96,31 @@ def test_a_realm_that_gives_no_token_is_said_once(origin: FileOrigin) -> None:
                 challenge(origin.url("/token"))
             )
         assert len(origin.seen) == 3
+    client.close()
+
+
+class _FirstCallBreaks(OriginClient):
+    """The real client, whose first request meets a broken network (a timeout, a reset)."""
+
+    broken = False
+
+    def get(self, url: str, headers: Mapping[str, str]) -> OriginAnswer:
+        if not self.broken:
+            self.broken = True
+            raise OriginUnreachableError("timed out")
+        return super().get(url, headers)
+
+
+def test_a_network_error_on_the_way_to_the_realm_is_not_remembered(origin: FileOrigin) -> None:
+    """A refusal holds for the run; a timeout may pass, so the next entry asks again."""
+    assert origin.ca_cert is not None
+    client = _FirstCallBreaks(upstream_context([origin.ca_cert]))
+    with origin:
+        tokens = BearerTokens(client, {(HOST, origin.port)}, user_agent="ua")
+        pull = challenge(origin.url("/token"), "svc", "repository:app:pull")
+        with pytest.raises(TokenError, match="timed out") as caught:
+            tokens.authorization(pull)
+        assert not caught.value.lasting
+        assert tokens.authorization(pull) == "Bearer eyJ0.eyJ1.c2ln"
+        assert len(origin.seen) == 1
     client.close()

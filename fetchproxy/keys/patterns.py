@@ -90,8 +90,3 @@ class URLPattern:
             return False
         prefix = self.path.rstrip("/")
         return not prefix or path == prefix or path.startswith(prefix + "/")
-
-
-def parse_patterns(texts: tuple[str, ...] | list[str]) -> tuple[URLPattern, ...]:
-    """Every pattern of ``texts``, parsed (the first bad one raises :class:`URLPatternError`)."""
-    return tuple(URLPattern.parse(text) for text in texts)

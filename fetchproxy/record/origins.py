@@ -116,10 +116,7 @@ class OriginPolicy:
         matches it); None when its addresses decide. Asked before the name is looked up, so a
         build cannot have record resolve names it may not reach."""
         if self.patterns and not any(p.matches(host, port) for p in self.patterns):
-            return (
-                f"{host}:{port} is not among the allowed origins (--allow-origin, [record] "
-                f"allow); to record from it: fetchproxy config add record.allow {host}:{port}"
-            )
+            return _not_allowed(host, port)
         return None
 
     def check(
@@ -129,9 +126,8 @@ class OriginPolicy:
         ``addresses`` may not be reached; None when it may."""
         shown = f"{host}:{port}"
         matching = [p for p in self.patterns if p.matches(host, port)]
-        problem = self.name_problem(host, port)
-        if problem is not None:
-            return problem
+        if self.patterns and not matching:
+            return _not_allowed(host, port)
         if not self.guard_host:
             return None
         local = sorted({str(a) for a in addresses if host_local(a, own)})
@@ -142,6 +138,13 @@ class OriginPolicy:
                 f"allow names it (fetchproxy config add record.allow {shown})"
             )
         return None
+
+
+def _not_allowed(host: str, port: int) -> str:
+    return (
+        f"{host}:{port} is not among the allowed origins (--allow-origin, [record] allow); "
+        f"to record from it: fetchproxy config add record.allow {host}:{port}"
+    )
 
 
 def origin_of(url: str) -> tuple[str, int]:

@@ -9,6 +9,8 @@ the caller prints once (:func:`summary_text`). The texts themselves are pure fun
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from typing import TextIO
 
 from fetchproxy.store.transfer import Progress
@@ -31,7 +33,7 @@ def progress_text(action: str, progress: Progress) -> str:
 def summary_text(
     done: str, *, moved: int, bytes_moved: int, seconds: float, where: str, present: str = ""
 ) -> str:
-    """``fetchproxy: pulled 12 blobs (3.4 MiB) from s3://b/p in 1.2 s (2.8 MiB/s); …``.
+    """``fetchproxy: pulled 12 blobs (3.4 MiB) from s3://b/p in 1.2 s, 2.8 MiB/s; …``.
 
     ``done`` is the verb (``pulled``), ``where`` what follows it (``from s3://b/p``),
     ``present`` what was there already, if anything to say.
@@ -45,12 +47,26 @@ def summary_text(
 
 
 class ProgressLine:
-    """The progress callback: one line redrawn on a terminal, nothing elsewhere."""
+    """The progress callback: one line redrawn on a terminal, nothing elsewhere.
 
-    def __init__(self, action: str, stream: TextIO | None = None) -> None:
+    The first report is drawn at once; later ones only ``every`` seconds after the last
+    drawn (a pool finishing many small blobs reports each, which would flood a terminal).
+    """
+
+    def __init__(
+        self,
+        action: str,
+        stream: TextIO | None = None,
+        *,
+        every: float = 0.2,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.action = action
         self.stream = stream if stream is not None else sys.stderr
+        self.every = every
+        self.clock = clock
         self.shown = False
+        self._drawn_at = 0.0
         try:
             self.terminal = self.stream.isatty()
         except (AttributeError, ValueError):  # a closed or odd stream: no terminal
@@ -64,6 +80,10 @@ class ProgressLine:
                 self.stream.write(_CLEAR)
                 self.stream.flush()
             return
+        now = self.clock()
+        if self.shown and now - self._drawn_at < self.every:
+            return
         self.stream.write(_CLEAR + progress_text(self.action, progress))
         self.stream.flush()
         self.shown = True
+        self._drawn_at = now

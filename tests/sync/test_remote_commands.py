@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -147,10 +148,13 @@ def test_progress_on_a_terminal(tmp_path: Path, aws_env: S3Endpoint, remote_url:
         os.close(controller)
     assert done.returncode == 0, shown
     text = shown.decode()
-    assert "fetchproxy: push: 0/1 blobs, " in text  # objects, bytes and rate, redrawn
-    assert " of 40.0 MiB, " in text
-    assert "/s" in text
-    assert text.endswith("\r\x1b[K")  # cleared before the summary
+    # The first report is drawn whenever it comes (the blob half sent or all of it, as fast as
+    # the store takes it); what a line says is pinned in test_progress.py.
+    assert re.fullmatch(
+        r"(\r\x1b\[Kfetchproxy: push: [01]/1 blobs, [0-9.]+ [KMG]?i?B of 40\.0 MiB, "
+        r"[0-9.]+ [KMG]?i?B/s)+\r\x1b\[K",  # redrawn in place, cleared before the summary
+        text,
+    ), text
     assert "pushed 1 blob (40.0 MiB)" in done.stdout
 
 

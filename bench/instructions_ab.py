@@ -2,19 +2,23 @@
 
     python bench/instructions_ab.py --tree ../before --tree .
     python bench/instructions_ab.py --tree ../before --tree . --requests 4000
+    python bench/instructions_ab.py --tree ../before --tree . --connections 1 --keep /tmp/cg
 
 On a machine shared with other jobs, CPU seconds per request move with the neighbours (caches,
 frequency, scheduling), by more than the change being judged. Valgrind's callgrind counts
 instead: each tree's ``fetchproxy serve replay`` (the direct engine, as in ``ab_bench.py``'s
 ``small``) runs under it with instrumentation off, is warmed up with 300 hits (handshakes,
-the small-body cache), then counts only ``--requests`` hits over 8 keep-alive connections
-through ``CONNECT`` and TLS. Per hit it reports the instructions executed in user space (Ir),
-the simulated L1 and last-level cache misses, and callgrind's cycle estimate
-(Ir + 10 * L1 misses + 100 * last-level misses), with each tree's ratio to the first.
+the small-body cache), then counts only ``--requests`` hits over ``--connections`` (8)
+keep-alive connections through ``CONNECT`` and TLS. Per hit it reports the instructions
+executed in user space (Ir), the simulated L1 and last-level cache misses, and callgrind's
+cycle estimate (Ir + 10 * L1 misses + 100 * last-level misses), with each tree's ratio to
+the first.
 
-What it cannot see: time in the kernel (the system calls are the same in kind and about the
-same in number: compare with ``strace -c -f -p PID``) and a real CPU's branch predictors. It
+What it cannot see: time in the kernel (count the system calls per hit with
+``strace -c -f -p PID`` under the same load) and a real CPU's branch predictors. It
 complements ``ab_bench.py``; it does not replace it. Needs ``valgrind`` (Debian's package).
+``--keep DIR`` keeps each tree's ``callgrind.out`` (``DIR/0.out``, ``DIR/1.out``, …) for
+``callgrind_annotate``, to see which functions the difference is in.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ from proxybench.loadgen import Target, run_requests
 from proxybench.systems import Services
 
 WARMUP = 300
-CONNECTIONS = 8
 EVENTS = ("Ir", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")
 
 
@@ -60,7 +63,9 @@ def per_hit(counts: dict[str, int], hits: int) -> dict[str, float]:
     }
 
 
-def measure(tree: Path, hits: int, work: Path, services: Services) -> dict[str, float]:
+def measure(
+    tree: Path, hits: int, connections: int, work: Path, services: Services
+) -> dict[str, float]:
     work.mkdir()
     fixture = make_fixture(work, large=1 << 20, startup_entries=10, lock_entries=10)
     out = work / "callgrind.out"
@@ -87,10 +92,10 @@ def measure(tree: Path, hits: int, work: Path, services: Services) -> dict[str, 
         trust=fixture.proxy_ca,
         proxy_port=service.port,
     )
-    run_requests(target, WARMUP, connections=CONNECTIONS)
+    run_requests(target, WARMUP, connections=connections)
     control = ["callgrind_control", "--instr"]
     subprocess.run([*control, "on", str(service.pid)], check=True, capture_output=True)
-    run_requests(target, hits, connections=CONNECTIONS)
+    run_requests(target, hits, connections=connections)
     subprocess.run([*control, "off", str(service.pid)], check=True, capture_output=True)
     status = service.stop()
     if status != 0:
@@ -102,6 +107,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tree", action="append", type=Path, required=True)
     parser.add_argument("--requests", type=int, default=2000, help="hits counted per tree")
+    parser.add_argument("--connections", type=int, default=8, help="keep-alive connections")
+    parser.add_argument("--keep", type=Path, help="a directory to keep callgrind's outputs in")
     args = parser.parse_args()
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
@@ -111,13 +118,20 @@ def main() -> None:
     try:
         with Services(work) as services:
             results = {
-                tree: measure(tree, args.requests, work / str(i), services)
+                tree: measure(tree, args.requests, args.connections, work / str(i), services)
                 for i, tree in enumerate(trees)
             }
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            for i in range(len(trees)):
+                shutil.copyfile(work / str(i) / "callgrind.out", args.keep / f"{i}.out")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     base = results[trees[0]]
-    print(f"\n### per 1 KiB HTTPS hit, {args.requests} hits per tree (callgrind)\n")
+    print(
+        f"\n### per 1 KiB HTTPS hit, {args.requests} hits over {args.connections} "
+        f"connection(s) per tree (callgrind)\n"
+    )
     heads = [f"{t.name}" for t in trees] + [f"{t.name} / {trees[0].name}" for t in trees[1:]]
     print("| metric | " + " | ".join(heads) + " |")
     print("|---|" + "--:|" * len(heads))

@@ -313,7 +313,8 @@ class ClientConnection(asyncio.Protocol):
                 logger.info("replay: TLS error from a client of %s: %s", self.tunnel, exc.reason)
             self.abort()
             return b""
-        self._write(out)
+        if out:  # the handshake's records (nothing, once it is done)
+            self._write(out)
         if tls.peer_closed:
             self.http.receive_eof()
         return plain
@@ -394,11 +395,13 @@ class ClientConnection(asyncio.Protocol):
         known = server.lookup(
             head, self._scheme, self.tunnel, body, sni=sni, intercepted=self.intercepted
         )
-        range_header = head.get("range")
+        values = head.by_name.get  # (head.get, without a call per header: a hit's hot path)
+        ranges, upgrades = values("range"), values("upgrade")
+        range_header = ranges[0] if ranges else None
         decision = server.replayer.decide(
             known.lookup,
             method=head.method,
-            websocket=(head.get("upgrade") or "").lower() == "websocket",
+            websocket=upgrades is not None and upgrades[0].lower() == "websocket",
             range_header=range_header,
         )
         if not isinstance(decision, Hit):

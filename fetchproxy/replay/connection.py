@@ -262,8 +262,6 @@ class H1Connection:
 
     def _read_head(self) -> Event | Wait:
         buffer = self._buffer
-        if not buffer and not self._eof:
-            return NEED_DATA
         raw = buffer.maybe_extract_head(MAX_HEAD)
         if raw is None:
             if not self._eof:

@@ -70,35 +70,39 @@ class BodyTooLargeError(HTTPParseError):
 
 @dataclass(slots=True)
 class RequestHead:
+    """A parsed request head: the request line, the header lines in order, and their values
+    by lower-case name (``by_name``, what :func:`parse_head` indexed; :meth:`of` makes one)."""
+
     method: str
     target: str
     version: str
     headers: list[tuple[str, str]]
-    _by_name: dict[str, list[str]] | None = field(default=None, repr=False, compare=False)
+    by_name: dict[str, list[str]] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(
+        cls, method: str, target: str, version: str, headers: list[tuple[str, str]]
+    ) -> RequestHead:
+        """A head from its parts, its headers indexed by lower-case name."""
+        by_name: dict[str, list[str]] = {}
+        for name, value in headers:
+            by_name.setdefault(name.lower(), []).append(value)
+        return cls(method, target, version, headers, by_name)
 
     def get(self, name: str) -> str | None:
         """The first value of header ``name`` (lower case), or None."""
-        found = (self._by_name or self._index()).get(name)
+        found = self.by_name.get(name)
         return found[0] if found else None
 
     def values(self, name: str) -> list[str]:
         """Every value of header ``name`` (lower case), in order."""
-        return (self._by_name or self._index()).get(name) or []
-
-    def _index(self) -> dict[str, list[str]]:
-        """The values by lower-case name (made by :func:`parse_head`, else on first use)."""
-        by_name = self._by_name
-        if by_name is None:
-            by_name = self._by_name = {}
-            for key, value in self.headers:
-                by_name.setdefault(key.lower(), []).append(value)
-        return by_name
+        return self.by_name.get(name) or []
 
     @property
     def keep_alive(self) -> bool:
         """Whether the client wants the connection kept open after the answer (RFC 9112, 9.3):
         HTTP/1.1 unless it says ``close``; HTTP/1.0 only when it says ``keep-alive``."""
-        said = (self._by_name or self._index()).get("connection")
+        said = self.by_name.get("connection")
         if not said:
             return self.version != "HTTP/1.0"
         tokens = {t.strip().lower() for v in said for t in v.split(",")}
@@ -199,7 +203,7 @@ NO_BODY = Framing()
 def body_framing(head: RequestHead, most: int = MAX_BODY) -> Framing:
     """The body that follows ``head`` (RFC 9112, section 6); :class:`BodyTooLargeError` when
     its length is known to be over ``most``."""
-    by_name = head._by_name or head._index()
+    by_name = head.by_name
     encodings = by_name.get("transfer-encoding")
     lengths_given = by_name.get("content-length")
     if not encodings and not lengths_given:

@@ -64,6 +64,8 @@ class ReceiveBuffer:
         LF before the end, or (431) a head longer than ``limit``. One empty line before it is
         dropped (RFC 9112, 2.2: a server ignores at least one)."""
         data, start = self._data, self._start
+        if start == len(data):
+            return None  # nothing buffered (what a kept-alive connection asks between requests)
         if data.startswith(b"\r\n", start):
             start = self._start = start + 2
             self._scanned = max(self._scanned, start)

@@ -276,16 +276,17 @@ class ReplayServer(Engine):
         server name and the headers it reads)."""
         cache_key = None
         if not body:
+            values = head.by_name.get
             cache_key = (
                 head.method,
                 scheme,
                 head.target,
-                "\0".join(head.values("host")),
+                "\0".join(values("host", ())),
                 "" if tunnel is None else f"{tunnel[0]}:{tunnel[1]}",
                 "" if sni is None else sni,
                 "i" if intercepted else "",
-                "\0".join(head.values("accept")),
-                "\0".join(head.values("git-protocol")),
+                "\0".join(values("accept", ())),
+                "\0".join(values("git-protocol", ())),
             )
             found = self._keys.get(cache_key)
             if found is not None:

@@ -26,7 +26,7 @@ from fetchproxy.replay.http1 import (
 
 
 def head(*headers: tuple[str, str], target: str = "/a", version: str = "HTTP/1.1") -> RequestHead:
-    return RequestHead("GET", target, version, list(headers))
+    return RequestHead.of("GET", target, version, list(headers))
 
 
 def test_a_head_is_split_into_method_target_version_and_headers_in_order() -> None:

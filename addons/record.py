@@ -29,12 +29,12 @@ from fetchproxy.addons.answers import LockAnswers
 from fetchproxy.errors import FetchproxyError
 from fetchproxy.keys.request import RequestKey
 from fetchproxy.keys.rules import KeyRules
+from fetchproxy.keys.url import origin_of
 from fetchproxy.lock.config import config_path_for, load_config
 from fetchproxy.record.book import RecordBook
 from fetchproxy.record.origins import (
     IPAddress,
     OriginPolicy,
-    origin_of,
     shown_origin,
 )
 from fetchproxy.record.rules import (

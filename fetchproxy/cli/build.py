@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from fetchproxy.cli.options import (
     Parser,
@@ -17,9 +16,6 @@ from fetchproxy.cli.options import (
     chosen_remote,
     upstream_ca,
 )
-
-if TYPE_CHECKING:
-    from fetchproxy.lock.config import Config
 
 HTTP2_HELP = {
     "record": "speak HTTP/2 with clients and origins that offer it (off by default: slower "
@@ -49,25 +45,13 @@ EXACT_HELP = (
 
 def origin_pattern(value: str) -> str:
     """``--allow-origin PATTERN``: a pattern :class:`OriginPattern` takes."""
-    from fetchproxy.record.origins import OriginPattern, OriginPatternError  # noqa: PLC0415
+    from fetchproxy.keys.patterns import OriginPattern, OriginPatternError  # noqa: PLC0415
 
     try:
         OriginPattern.parse(value)
     except OriginPatternError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return value
-
-
-def config_origins(config: Config) -> tuple[str, ...]:
-    """``[record] allow`` of ``config``, each checked: a bad one names the file."""
-    from fetchproxy.record.origins import OriginPattern, OriginPatternError  # noqa: PLC0415
-
-    for pattern in config.allow:
-        try:
-            OriginPattern.parse(pattern)
-        except OriginPatternError as exc:
-            raise UsageError(f"{config.path}: record.allow: {exc}") from None
-    return config.allow
 
 
 def add_proxy_options(parser: argparse.ArgumentParser, *, mode: str) -> None:
@@ -214,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
         exact=getattr(args, "exact", False),
         http2=args.http2,
         rules=config.rules,
-        allow=(*config_origins(config), *getattr(args, "allow_origin", ())),
+        allow=(*config.allow, *getattr(args, "allow_origin", ())),
         writable=(*config.writable, *args.writable),
         fresh_home=args.fresh_home,
         keep_headers=KEPT_HEADERS | frozenset(config.headers),

@@ -21,9 +21,9 @@ def add_arguments(parser: Parser, words: tuple[str, ...]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fetchproxy.keys.patterns import OriginPattern, OriginPatternError  # noqa: PLC0415
     from fetchproxy.lock.config import ConfigError, config_path_for  # noqa: PLC0415
     from fetchproxy.lock.configedit import add_values, setting_named  # noqa: PLC0415
-    from fetchproxy.record.origins import OriginPattern, OriginPatternError  # noqa: PLC0415
 
     path = config_path_for(args.lock)
     try:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fetchproxy.cli.build import ALLOW_HELP, UPSTREAM_CA_HELP, config_origins, origin_pattern
+from fetchproxy.cli.build import ALLOW_HELP, UPSTREAM_CA_HELP, origin_pattern
 from fetchproxy.cli.options import (
     Parser,
     add_lock,
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from fetchproxy.sync.upstream import OriginClient, upstream_context  # noqa: PLC0415
 
     config = load_config(config_path_for(args.lock))
-    policy = OriginPolicy.of((*config_origins(config), *args.allow_origin), guard_host=False)
+    policy = OriginPolicy.of((*config.allow, *args.allow_origin), guard_host=False)
     remote = chosen_remote(args, config)
     lock = load_lock(args.lock)
     store = open_store(args.store)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from fetchproxy.cli.build import add_proxy_options, config_origins
+from fetchproxy.cli.build import add_proxy_options
 from fetchproxy.cli.options import Parser, chosen_remote, listen_address
 
 _MODE_OPTIONS = (
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         exact=args.exact,
         http2=args.http2,
         rules=config.rules,
-        origins=OriginPolicy.of((*config_origins(config), *args.allow_origin), guard_host=False),
+        origins=OriginPolicy.of((*config.allow, *args.allow_origin), guard_host=False),
         keep_headers=KEPT_HEADERS | frozenset(config.headers),
         remote=chosen_remote(args, config),
     )

@@ -1,17 +1,24 @@
-"""URL patterns for key rules: ``host``, ``host:port``, ``*.domain``, each with an optional path.
+"""Patterns that name origins and URLs: :class:`OriginPattern` and :class:`URLPattern`.
 
-A project's ``fetchproxy.toml`` names with them where a rule applies (``[fetchproxy]
-accept-selects-nothing``). A pattern is matched against a key's *normalized* URL, so it is
-normalized the same way when it is read: the host lower-cased and IDNA-encoded, the path's
-percent-encoding made canonical. The scheme is not part of a pattern (a rule about what a server
-answers holds for http and https alike).
+One grammar for both, so that a pattern means the same wherever it is written:
 
-- ``crates.example.org``: every URL on that host, any port.
-- ``crates.example.org:8443``: only that port (a URL without one has its scheme's default
-  port: ``:443`` matches ``https://crates.example.org/``).
-- ``*.example.org``: any subdomain (not ``example.org`` itself).
-- ``crates.example.org/index/``: only paths at or below ``/index`` (``/index``, ``/index/…``,
-  never ``/indexes``).
+- ``files.example.org``: that host, any port.
+- ``files.example.org:8443``: only that port (a URL without one has its scheme's default
+  port: ``:443`` matches ``https://files.example.org/``).
+- ``*.example.org``: any subdomain (not ``example.org`` itself); with names only, never with
+  an address (``*.10.0.0.1`` would read as a subdomain of an address).
+- ``[::1]:8443``: an IPv6 address, in brackets.
+
+An origin pattern (``--allow-origin``, ``[record] allow``) is just that; a URL pattern
+(``[fetchproxy] accept-selects-nothing``) may add a path, ``files.example.org/index/``: only
+paths at or below ``/index`` (``/index``, ``/index/…``, never ``/indexes``). Neither takes a
+scheme, a user, a query or a fragment: each is refused with what a pattern looks like, never
+read as something else (``https://files.example.org`` is not the host ``https``).
+
+A pattern is matched against *normalized* hosts and URLs, so it is normalized the same way
+when it is read: the host lower-cased and IDNA-encoded, the path's percent-encoding made
+canonical. The scheme is not part of a pattern (what a server may be reached for, or what it
+answers, holds for http and https alike).
 
 Pure: no I/O.
 """
@@ -21,72 +28,118 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fetchproxy.errors import FetchproxyError
-from fetchproxy.keys.url import InvalidURLError, normalize_url
+from fetchproxy.keys.url import (
+    DEFAULT_PORTS,
+    InvalidURLError,
+    is_address,
+    normalize_url,
+    origin_of,
+    split_netloc,
+)
+
+_NOT_IN_A_PATTERN = ("://", "?", "#", "@")
+_ORIGIN_FORM = (
+    "give host, host:port or *.domain[:port], e.g. files.example.org or *.example.net:8443"
+)
+_URL_FORM = "give host[:port][/path], e.g. crates.example.org or *.example.net/index/"
+
+
+class OriginPatternError(FetchproxyError, ValueError):
+    """An origin pattern that is not ``host``, ``host:port`` or ``*.domain[:port]``."""
+
+    def __init__(self, text: str, reason: str) -> None:
+        super().__init__(f"origin pattern {text!r}: {reason}")
+        self.reason = reason
 
 
 class URLPatternError(FetchproxyError, ValueError):
     """A pattern that is not ``host[:port][/path]`` or ``*.domain[:port][/path]``."""
 
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
 @dataclass(frozen=True, slots=True)
-class URLPattern:
-    """One pattern: a host (any subdomain of it with ``wildcard``), a port (None: any) and a
-    path prefix (``/``: every path)."""
+class OriginPattern:
+    """An exact host, or any subdomain of ``host`` (``wildcard``); any port when ``port`` is
+    None."""
 
     host: str
     port: int | None
     wildcard: bool
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> OriginPattern:
+        """The pattern ``text`` stands for; :class:`OriginPatternError` saying what is wrong."""
+        if any(part in text for part in (*_NOT_IN_A_PATTERN, "/")):
+            raise OriginPatternError(
+                text,
+                "give host, host:port or *.domain[:port] without a scheme, user, path or "
+                "query, e.g. files.example.org or *.example.net:8443",
+            )
+        try:
+            return _origin(text, text, _ORIGIN_FORM)
+        except _BadPattern as exc:
+            raise OriginPatternError(text, str(exc)) from None
+
+    def matches(self, host: str, port: int) -> bool:
+        """Whether the normalized ``host`` (lowercase, IDNA, ``[v6]``) and ``port`` are named."""
+        if self.port is not None and self.port != port:
+            return False
+        if self.wildcard:
+            return host.endswith("." + self.host)
+        return host == self.host
+
+
+@dataclass(frozen=True, slots=True)
+class URLPattern:
+    """An origin pattern and a path prefix (``/``: every path)."""
+
+    origin: OriginPattern
     path: str
     text: str
 
     @classmethod
     def parse(cls, text: str) -> URLPattern:
         """The pattern ``text`` stands for; :class:`URLPatternError` saying what is wrong."""
-        if "://" in text or "?" in text or "#" in text or "@" in text:
+        if any(part in text for part in _NOT_IN_A_PATTERN):
             raise URLPatternError(
                 f"URL pattern {text!r}: give host[:port][/path] without a scheme, query, "
                 "fragment or user, e.g. crates.example.org or *.example.net/index/"
             )
-        wildcard = text.startswith("*.")
-        rest = text[2:] if wildcard else text
-        authority, slash, path = rest.partition("/")
-        explicit_port = ":" in authority.rpartition("]")[2]
+        authority, slash, path = text.partition("/")
         try:
-            normal = normalize_url(f"http://{authority}/{path if slash else ''}", secret_params=())
+            origin = _origin(authority, text, _URL_FORM)
+            normal = normalize_url(f"http://x/{path if slash else ''}", secret_params=())
+        except _BadPattern as exc:
+            raise URLPatternError(f"URL pattern {text!r}: {exc}") from None
         except InvalidURLError as exc:
-            raise URLPatternError(
-                f"URL pattern {text!r}: {exc.reason} — give host[:port][/path], e.g. "
-                "crates.example.org or *.example.net/index/"
-            ) from None
-        netloc, _, normal_path = normal.removeprefix("http://").partition("/")
-        host, port = netloc, None
-        if not host.endswith("]") and ":" in host:
-            host, _, number = host.rpartition(":")
-            port = int(number)
-        elif explicit_port:
-            port = 80  # the default port, dropped by normalization
-        if wildcard and host.startswith("["):
-            raise URLPatternError(f"URL pattern {text!r}: *. goes with names, not addresses")
-        return cls(host=host, port=port, wildcard=wildcard, path="/" + normal_path, text=text)
+            raise URLPatternError(f"URL pattern {text!r}: {exc.reason} — {_URL_FORM}") from None
+        return cls(origin=origin, path="/" + normal.split("/", 3)[3], text=text)
 
     def matches(self, url: str) -> bool:
         """Whether the normalized ``url`` is one this pattern names."""
-        scheme, _, rest = url.partition("://")
-        netloc, slash, path = rest.partition("/")
-        path = (slash + path).partition("?")[0] or "/"
-        host, port = netloc, _DEFAULT_PORTS.get(scheme)
-        if not netloc.endswith("]") and ":" in netloc:
-            host, _, number = netloc.rpartition(":")
-            port = int(number)
-        if self.port is not None and self.port != port:
+        if not self.origin.matches(*origin_of(url)):
             return False
-        if self.wildcard:
-            if not host.endswith("." + self.host):
-                return False
-        elif host != self.host:
-            return False
+        path = "/" + url.partition("://")[2].partition("/")[2].partition("?")[0]
         prefix = self.path.rstrip("/")
         return not prefix or path == prefix or path.startswith(prefix + "/")
+
+
+class _BadPattern(Exception):  # noqa: N818 -- internal, carries the reason to the parsers
+    pass
+
+
+def _origin(authority: str, text: str, form: str) -> OriginPattern:
+    """The origin part of a pattern (``text``), the grammar both kinds share; ``form`` says
+    what a good one looks like."""
+    wildcard = authority.startswith("*.")
+    rest = authority[2:] if wildcard else authority
+    try:
+        netloc = normalize_url(f"http://{rest}/", secret_params=()).split("/")[2]
+    except InvalidURLError as exc:
+        raise _BadPattern(f"{exc.reason} — {form}") from None
+    host, port = split_netloc(netloc)
+    if port is None and ":" in rest.rpartition("]")[2]:
+        port = DEFAULT_PORTS["http"]  # spelled in the pattern, dropped by normalization
+    if wildcard and is_address(host):
+        raise _BadPattern("*. goes with names, not addresses")
+    return OriginPattern(host=host, port=port, wildcard=wildcard, text=text)

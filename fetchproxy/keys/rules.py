@@ -22,7 +22,6 @@ Pure: no I/O, no mitmproxy.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -34,16 +33,17 @@ from fetchproxy.keys.intercepted import is_synthetic
 from fetchproxy.keys.patterns import URLPattern
 from fetchproxy.keys.request import RequestKey, normalize_request
 from fetchproxy.keys.url import (
+    DEFAULT_PORTS,
     DEFAULT_SECRET_PARAMS,
     InvalidURLError,
+    is_address,
     normalize_url,
     redact_text,
     redact_url,
+    split_netloc,
 )
 
 Headers = Sequence[tuple[str, str]]
-_IPV4_RE = re.compile(r"[0-9.]+")
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class HostMismatchError(FetchproxyError, ValueError):
@@ -156,9 +156,8 @@ class KeyRules:
         is a name: the origin proves its identity for the SNI, and the lock must name the same
         server (an address as host says nothing about names)."""
         sni = request.sni or ""
-        netloc = url.split("/")[2]
-        host = netloc.rpartition(":")[0] if ":" in netloc else netloc
-        if not sni or netloc.startswith("[") or _IPV4_RE.fullmatch(host):
+        host, _ = split_netloc(url.split("/")[2])
+        if not sni or is_address(host):
             return
         try:
             named = normalize_url(f"https://{sni}/", secret_params=()).split("/")[2]
@@ -195,7 +194,7 @@ class KeyRules:
         """The absolute URL the key names, and the request's path (with its query)."""
         target = request.target
         scheme, authority, path = self._target(request)
-        if scheme not in _DEFAULT_PORTS:
+        if scheme not in DEFAULT_PORTS:
             raise InvalidURLError(target, f"scheme '{scheme}' is not supported")
         hosts = [value.strip() for key, value in request.headers if key.lower() == "host"]
         if request.intercepted and authority is not None:
@@ -209,7 +208,7 @@ class KeyRules:
             authority = hosts[0]
         if not path.startswith("/"):
             path = "/" + path
-        default = f":{_DEFAULT_PORTS[scheme]}"
+        default = f":{DEFAULT_PORTS[scheme]}"
         shown = authority.removesuffix(default) if authority.endswith(default) else authority
         url = f"{scheme}://{shown}{path}"
         normal = self.url(url)  # a URL no key can name is said as such, before Host is compared

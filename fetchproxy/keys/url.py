@@ -13,6 +13,7 @@ import re
 import string
 from collections.abc import Collection
 from encodings import idna
+from typing import Final
 
 from fetchproxy.errors import FetchproxyError
 
@@ -35,7 +36,8 @@ DEFAULT_SECRET_PARAMS: frozenset[str] = frozenset(
 )
 """Query parameters removed from every key, matched case-insensitively."""
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+"""The port a URL of each scheme has when it names none."""
 _UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
 _URI_RE = re.compile(r"(?:([^:/?#]+):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?(?:#.*)?", re.DOTALL)
 _PORT_RE = re.compile(r"[0-9]{1,5}")
@@ -86,7 +88,7 @@ def _normalize_url(url: str, secrets: frozenset[str]) -> str:
     if scheme is None:
         raise _BadURL("not an absolute URL; expected http://HOST/PATH or https://HOST/PATH")
     scheme = scheme.lower() if scheme.isascii() else scheme
-    if scheme not in _DEFAULT_PORTS:
+    if scheme not in DEFAULT_PORTS:
         raise _BadURL(
             f"scheme '{_printable(scheme)}' is not supported; fetchproxy records http and https"
         )
@@ -94,10 +96,31 @@ def _normalize_url(url: str, secrets: frozenset[str]) -> str:
     if not hostport or hostport.startswith(":"):
         raise _BadURL(f"no host; expected {scheme}://HOST/PATH")
     host, port = _split_host_port(hostport)
-    netloc = host if port in (None, _DEFAULT_PORTS[scheme]) else f"{host}:{port}"
+    netloc = host if port in (None, DEFAULT_PORTS[scheme]) else f"{host}:{port}"
     path = _remove_dot_segments(_normalize_component(path, _PATH_ESCAPE_RE)) or "/"
     query = _normalize_query(query or "", secrets)
     return f"{scheme}://{netloc}{path}{'?' if query else ''}{query}"
+
+
+def split_netloc(netloc: str) -> tuple[str, int | None]:
+    """The host and port (None: not given) of a normalized URL's ``host[:port]``."""
+    if netloc.endswith("]") or ":" not in netloc:
+        return netloc, None
+    host, _, port = netloc.rpartition(":")
+    return host, int(port)
+
+
+def origin_of(url: str) -> tuple[str, int]:
+    """``(host, port)`` of a normalized http(s) URL (a key's), its scheme's default port when
+    it names none: the host and port as origin patterns match them."""
+    scheme, _, rest = url.partition("://")
+    host, port = split_netloc(rest.split("/", 1)[0])
+    return host, port if port is not None else DEFAULT_PORTS.get(scheme, 0)
+
+
+def is_address(host: str) -> bool:
+    """Whether a normalized host is an address (``[v6]``, dotted IPv4) rather than a name."""
+    return host.startswith("[") or _IPV4_LIKE_RE.fullmatch(host) is not None
 
 
 def _split_host_port(hostport: str) -> tuple[str, int | None]:

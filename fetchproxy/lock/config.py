@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fetchproxy.errors import FetchproxyError
-from fetchproxy.keys.patterns import URLPattern, URLPatternError
+from fetchproxy.keys.patterns import OriginPattern, OriginPatternError, URLPattern, URLPatternError
 from fetchproxy.keys.rules import KeyRules
 from fetchproxy.keys.url import DEFAULT_SECRET_PARAMS
 from fetchproxy.lock.model import NEVER_KEPT
@@ -82,7 +82,7 @@ class Config:
     accept_selects_nothing: tuple[URLPattern, ...] = ()
     """``[fetchproxy] accept-selects-nothing``: where ``Accept`` is not part of the key."""
     allow: tuple[str, ...] = ()
-    """``[record] allow``: the origin patterns record may reach."""
+    """``[record] allow``: the origin patterns record may reach (each checked when read)."""
     headers: tuple[str, ...] = ()
     """``[record] headers``: response headers to keep beyond the built-in ones (lowercase)."""
     writable: tuple[Path, ...] = ()
@@ -168,7 +168,7 @@ def parse_config(text: str, *, path: Path) -> Config:
         accept_selects_nothing=_patterns(
             values.get("fetchproxy.accept-selects-nothing", ()), path, line_of
         ),
-        allow=values.get("record.allow", ()),
+        allow=_origins(values.get("record.allow", ()), path, line_of),
         headers=_headers(values.get("record.headers", ()), path, line_of),
         writable=tuple(_path(base, p) for p in values.get("sandbox.writable", ())),
         remote=remote,
@@ -192,6 +192,19 @@ def _headers(
                 f"{path}:{line_of('record', 'headers')}: record.headers: {name!r} {why}"
             )
     return lowered
+
+
+def _origins(
+    texts: tuple[str, ...], path: Path, line_of: Callable[[str | None, str], int]
+) -> tuple[str, ...]:
+    """``[record] allow``: origin patterns, each checked (kept as written: record parses them
+    with the ``--allow-origin`` ones)."""
+    for text in texts:
+        try:
+            OriginPattern.parse(text)
+        except OriginPatternError as exc:
+            raise ConfigError(f"{path}:{line_of('record', 'allow')}: record.allow: {exc}") from None
+    return texts
 
 
 def _patterns(

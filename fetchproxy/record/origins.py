@@ -22,75 +22,12 @@ apply; ``record -- BUILD`` applies both (docs/sandbox.md).
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from fetchproxy.errors import FetchproxyError
-from fetchproxy.keys.url import InvalidURLError, normalize_url
+from fetchproxy.keys.patterns import OriginPattern
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-_IPV4_RE = re.compile(r"\d+\.\d+\.\d+\.\d+")
-
-
-class OriginPatternError(FetchproxyError, ValueError):
-    """An origin pattern that is not ``host``, ``host:port`` or ``*.domain[:port]``."""
-
-
-@dataclass(frozen=True, slots=True)
-class OriginPattern:
-    """One pattern: an exact host, or any subdomain of ``host`` (``wildcard``); any port
-    when ``port`` is None."""
-
-    host: str
-    port: int | None
-    wildcard: bool
-    text: str
-
-    @classmethod
-    def parse(cls, text: str) -> OriginPattern:
-        wildcard = text.startswith("*.")
-        rest = text[2:] if wildcard else text
-        try:
-            netloc = normalize_url(f"http://{rest}/", secret_params=()).split("/")[2]
-        except InvalidURLError as exc:
-            raise OriginPatternError(
-                f"origin pattern {text!r}: {exc.reason} — give host, host:port or "
-                "*.domain[:port], e.g. files.example.org or *.example.net:8443"
-            ) from None
-        host, port = _split(netloc, explicit=_has_port(rest))
-        if wildcard and (host.startswith("[") or _IPV4_RE.fullmatch(host)):
-            raise OriginPatternError(f"origin pattern {text!r}: *. goes with names, not addresses")
-        return cls(host=host, port=port, wildcard=wildcard, text=text)
-
-    def matches(self, host: str, port: int) -> bool:
-        if self.port is not None and self.port != port:
-            return False
-        if self.wildcard:
-            return host.endswith("." + self.host)
-        return host == self.host
-
-
-def _has_port(authority: str) -> bool:
-    if authority.startswith("["):
-        return "]:" in authority
-    return ":" in authority
-
-
-def _split(netloc: str, *, explicit: bool) -> tuple[str, int | None]:
-    """``host[:port]`` of a normalized URL → (host, port); a default port spelled in the
-    pattern (``:80``) was dropped by normalization, so ``explicit`` tells it was there."""
-    if netloc.startswith("["):
-        host, _, port = netloc.partition("]")
-        host += "]"
-        port = port.removeprefix(":")
-    else:
-        host, _, port = netloc.partition(":")
-    if port:
-        return host, int(port)
-    return host, (80 if explicit else None)
 
 
 def host_local(address: IPAddress, own: Collection[IPAddress]) -> bool:
@@ -145,14 +82,6 @@ def _not_allowed(host: str, port: int) -> str:
         f"{host}:{port} is not among the allowed origins (--allow-origin, [record] allow); "
         f"to record from it: fetchproxy config add record.allow {host}:{port}"
     )
-
-
-def origin_of(url: str) -> tuple[str, int]:
-    """``(host, port)`` of a normalized http(s) URL (a key's): the host as patterns match it."""
-    scheme, _, rest = url.partition("://")
-    netloc = rest.split("/", 1)[0]
-    host, port = _split(netloc, explicit=False)
-    return host, port if port is not None else (443 if scheme == "https" else 80)
 
 
 def shown_origin(url: str) -> str:

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from urllib.parse import urlencode, urlsplit
 
 from fetchproxy.errors import FetchproxyError
-from fetchproxy.keys.url import InvalidURLError, normalize_url, redact_url
-from fetchproxy.record.origins import origin_of
+from fetchproxy.keys.url import InvalidURLError, normalize_url, origin_of, redact_url
 
 _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 TOKEN68_RE = re.compile(r"[A-Za-z0-9\-._~+/]+=*")

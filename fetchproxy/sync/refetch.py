@@ -39,8 +39,9 @@ from dataclasses import dataclass, field
 
 from fetchproxy.digest import EMPTY, Digest
 from fetchproxy.keys.request import ANY_ACCEPT, RequestKey
+from fetchproxy.keys.url import origin_of
 from fetchproxy.lock.model import Fetch, Lock
-from fetchproxy.record.origins import OriginPolicy, origin_of
+from fetchproxy.record.origins import OriginPolicy
 from fetchproxy.record.rules import UPSTREAM_ACCEPT_ENCODING
 from fetchproxy.record.tokens import TOKEN_ANSWER_LIMIT, redacted_token_answer
 from fetchproxy.store import BlobWriter, CorruptBlobError, Store, StoreError

@@ -1,10 +1,10 @@
-"""URL patterns (``[fetchproxy] accept-selects-nothing``) and the keys made where they match."""
+"""Origin and URL patterns (one grammar), and the keys made where URL patterns match."""
 
 from __future__ import annotations
 
 import pytest
 
-from fetchproxy.keys.patterns import URLPattern, URLPatternError
+from fetchproxy.keys.patterns import OriginPattern, OriginPatternError, URLPattern, URLPatternError
 from fetchproxy.keys.request import ANY_ACCEPT, normalize_accept
 from fetchproxy.keys.rules import KeyRules, RawRequest
 
@@ -90,3 +90,89 @@ def test_where_accept_selects_nothing_every_accept_gives_one_key_that_says_so() 
     assert normalize_accept("*") is None
     assert normalize_accept("*;q=0.2") is None
     assert repr(rules).endswith("accept_selects_nothing=['crates.example.org/index/'])")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "files.example.org",
+        "Files.Example.ORG:8443",
+        "files.example.org:80",
+        "*.example.org",
+        "*.example.org:443",
+        "127.0.0.44",
+        "127.0.0.44:18443",
+        "[::1]:8443",
+        "[::FFFF:127.0.0.1]",
+        "bücher.example",
+    ],
+)
+def test_origin_and_url_patterns_read_a_host_and_port_alike(text: str) -> None:
+    """One grammar: what an origin pattern names, a URL pattern without a path names too."""
+    origin = OriginPattern.parse(text)
+    assert URLPattern.parse(text).origin == origin
+    with_path = URLPattern.parse(text + "/a").origin
+    assert (with_path.host, with_path.port, with_path.wildcard) == (
+        origin.host,
+        origin.port,
+        origin.wildcard,
+    )
+
+
+@pytest.mark.parametrize(
+    ("pattern", "host", "port", "matches"),
+    [
+        ("files.example.org", "files.example.org", 443, True),
+        ("files.example.org", "files.example.org", 8080, True),
+        ("files.example.org:8443", "files.example.org", 443, False),
+        ("files.example.org:80", "files.example.org", 80, True),
+        ("*.example.org", "a.b.example.org", 443, True),
+        ("*.example.org", "example.org", 443, False),
+        ("*.example.org", "badexample.org", 443, False),
+        ("[::1]:8443", "[::1]", 8443, True),
+        ("[0:0::1]", "[::1]", 1, True),
+        ("bücher.example", "xn--bcher-kva.example", 443, True),
+    ],
+)
+def test_an_origin_pattern_names_a_host_and_a_port(
+    pattern: str, host: str, port: int, matches: bool
+) -> None:
+    assert OriginPattern.parse(pattern).matches(host, port) is matches
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "https://files.example.org",  # not the host "https" on port 80
+        "files.example.org/pkg/",  # not all of files.example.org
+        "user@files.example.org",
+        "files.example.org?x=1",
+        "files.example.org#top",
+    ],
+)
+def test_an_origin_pattern_with_more_than_an_origin_is_refused_not_read_as_less(
+    pattern: str,
+) -> None:
+    with pytest.raises(OriginPatternError) as caught:
+        OriginPattern.parse(pattern)
+    assert str(caught.value) == (
+        f"origin pattern {pattern!r}: give host, host:port or *.domain[:port] without a "
+        "scheme, user, path or query, e.g. files.example.org or *.example.net:8443"
+    )
+
+
+@pytest.mark.parametrize("pattern", ["*.10.0.0.1", "*.[::1]", "*.10.0.0.1:8443"])
+def test_a_wildcard_goes_with_names_in_both_kinds(pattern: str) -> None:
+    with pytest.raises(OriginPatternError, match=r"\*\. goes with names, not addresses"):
+        OriginPattern.parse(pattern)
+    with pytest.raises(URLPatternError, match=r"\*\. goes with names, not addresses"):
+        URLPattern.parse(pattern + "/index/")
+
+
+def test_a_bad_origin_pattern_says_what_is_wrong_and_what_a_good_one_is() -> None:
+    with pytest.raises(OriginPatternError) as caught:
+        OriginPattern.parse("files.example.org:0")
+    assert str(caught.value) == (
+        "origin pattern 'files.example.org:0': port '0' is not a number from 1 to 65535 — give "
+        "host, host:port or *.domain[:port], e.g. files.example.org or *.example.net:8443"
+    )

@@ -54,6 +54,12 @@ def test_project_secret_params_add_to_the_built_in_ones(tmp_path: Path) -> None:
             "AWS_ACCESS_KEY_ID, web identity, instance metadata) (for example "
             "s3://my-bucket/fetchproxy)",
         ),
+        (
+            '[record]\n\nallow = [\n  "files.example.org",\n  "https://files.example.org",\n]\n',
+            "fetchproxy.toml:3: record.allow: origin pattern 'https://files.example.org': give "
+            "host, host:port or *.domain[:port] without a scheme, user, path or query, e.g. "
+            "files.example.org or *.example.net:8443",
+        ),
     ],
 )
 def test_errors_name_the_file_line_and_setting(tmp_path: Path, text: str, message: str) -> None:

@@ -18,6 +18,7 @@ import asyncio
 import ipaddress
 import logging
 import socket
+import weakref
 from collections.abc import Collection
 from pathlib import Path
 
@@ -173,9 +174,13 @@ class Record:
         """Flows forwarded upstream whose answer is not yet stored (or failed)."""
         self._checked: dict[tuple[str, int], str] = {}
         """Origins the policy allowed, with the address checked: the one connected to."""
-        self._dialled: dict[str, tuple[str, int]] = {}
-        """Server connections being dialled at a checked address, by id: the name and port
-        each was asked for, given back once the dial is done (:meth:`server_connected`)."""
+        self._dialled: weakref.WeakKeyDictionary[connection.Server, tuple[str, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        """Server connections being dialled at a checked address: the name and port each was
+        asked for, given back once the dial is done (:meth:`server_connected`). Weak: a dial
+        cancelled while it waits for mitmproxy's per-address limit gets no hook at all, and
+        its entry goes with the connection."""
 
     # ------------------------------------------------------------------------- stock mitmproxy
 
@@ -303,7 +308,7 @@ class Record:
         if server.sni is None and not _is_address(host):
             server.sni = host
         if checked != host:
-            self._dialled[server.id] = server.address
+            self._dialled[server] = server.address
         server.address = (checked, port)
 
     def server_connected(self, data: server_hooks.ServerConnectionHookData) -> None:
@@ -325,7 +330,7 @@ class Record:
         self._give_back_the_name(data.server)
 
     def _give_back_the_name(self, server: connection.Server) -> None:
-        asked = self._dialled.pop(server.id, None)
+        asked = self._dialled.pop(server, None)
         if asked is not None:
             object.__setattr__(server, "address", asked)
 

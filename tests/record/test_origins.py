@@ -5,8 +5,12 @@ out of the sandbox) it may not reach."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 from typing import Any
+
+from mitmproxy import connection
+from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from fetchproxy.addons.record import Record
 from fetchproxy.record.origins import OriginPolicy
@@ -49,3 +53,20 @@ def test_without_allowed_origins_a_name_is_looked_up_to_check_its_addresses() ->
     assert names == ["localhost"]
     assert problem is not None
     assert "is the host's own address" in problem
+
+
+def test_a_dial_that_ends_without_a_hook_leaves_nothing_behind() -> None:
+    """A dial cancelled while it waits for mitmproxy's limit of connections to one address
+    gets neither ``server_connected`` nor ``server_connect_error``: what record kept to give
+    the connection its name back goes with the connection, not with the run."""
+    record = Record(origins=OriginPolicy.of(["localhost:8443"], guard_host=False))
+    client = connection.Client(
+        peername=("127.0.0.1", 5000), sockname=("127.0.0.1", 8080), timestamp_start=0
+    )
+    for _ in range(20):
+        server = connection.Server(address=("localhost", 8443))
+        asyncio.run(record.server_connect(ServerConnectionHookData(client=client, server=server)))
+        assert server.address in {("127.0.0.1", 8443), ("::1", 8443)}  # dialled as checked
+        del server  # cancelled: no hook follows
+    gc.collect()
+    assert len(record._dialled) == 0

@@ -314,6 +314,8 @@ async def _build(
         return _cannot_run(request, proxy, exc.errno, exc.detail)
     with ImportGuard():
         status = await _wait(build)
+    if build.ended_mid_line and sys.stderr.isatty():
+        print(file=sys.stderr)  # what fetchproxy says starts a line of its own
     await proxy.stop()
     return build_outcome(proxy, status)
 

@@ -77,6 +77,9 @@ class BuildProcess:
         self._prepared = prepared
         self.pid = process.pid
         self.returncode: int | None = None
+        self.ended_mid_line = False
+        """The build's output on its terminal ended without a newline (known once it exited;
+        False when it had no terminal): the launcher starts a line before it says more."""
 
     def poll(self) -> int | None:
         if self._process.poll() is None:
@@ -109,6 +112,7 @@ class BuildProcess:
                     verb, arguments = parse_message(line)
                     if verb == "status":
                         status = int(arguments[0])
+                        self.ended_mid_line = arguments[1:] == ["1"]
             self._control.close()
             self._prepared.restore_terminal()  # the supervisor did, unless it was killed
             if status is None:  # the supervisor itself was killed

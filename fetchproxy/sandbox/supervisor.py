@@ -22,7 +22,8 @@ root:
    ``error``; relays the pty; passes on to the build the signals the launcher
    sends, and the ones the terminal sends the launcher's process group (the
    build is not in it), dropping the launcher's copy of such a one;
-4. when the build exits, reports ``status`` and exits; the kernel then kills
+4. when the build exits, reports ``status`` (and whether its output on the
+   terminal ended mid-line) and exits; the kernel then kills
    whatever the build left running in the namespace. When the control socket
    reaches EOF the launcher is gone: it exits at once, to the same effect.
 
@@ -237,8 +238,9 @@ def supervise(control: int, build: int, terminal: Terminal | None) -> NoReturn:
             if pid == build:
                 if terminal is not None:
                     terminal.finish()
+                mid_line = terminal is not None and terminal.mid_line
                 try:
-                    send(control, "status", status)
+                    send(control, "status", status, int(mid_line))
                 finally:
                     os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 

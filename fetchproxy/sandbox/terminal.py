@@ -78,6 +78,8 @@ class Terminal:
         self._plan = plan
         self._saved: list[Any] | None = None
         self._threads: list[Any] = []
+        self.mid_line = False
+        """The build's last output did not end its line (what is printed next starts one)."""
         self.master, self.slave = os.openpty()  # from the sandbox's /dev/ptmx
         try:
             termios.tcsetattr(self.slave, termios.TCSANOW, termios.tcgetattr(plan["source"]))
@@ -139,6 +141,7 @@ class Terminal:
                 return
             if not data:
                 return
+            self.mid_line = not data.endswith(b"\n")
             try:
                 _write_all(output, data)
             except OSError:  # the user's terminal is gone: keep draining, or the build blocks

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -321,3 +322,54 @@ def test_sigterm_is_forwarded_to_the_build_and_the_lock_is_left_as_it_was(
     assert not (tmp_path / "fetchproxy.lock.toml").exists()  # an interrupted record writes none
     assert f'"url": "{origin}/file.txt"' in (tmp_path / "fetchproxy.lock.toml.journal").read_text()
     assert namespaces_and_veths() == before
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        pytest.param([], id="root"),
+        pytest.param(
+            ["setpriv", "--bounding-set=-all,+setfcap", "--inh-caps=-all", "--no-new-privs"],
+            id="user",
+        ),
+    ],
+)
+def test_on_a_terminal_the_summary_starts_a_line_of_its_own(
+    tmp_path: Path, prefix: list[str]
+) -> None:
+    """A build whose output ends mid-line (Maven's does) does not get fetchproxy's summary
+    glued to its last line: the sandbox relays the build's terminal, so it knows."""
+    (tmp_path / "fetchproxy.lock.toml").write_text("version = 1\n")
+    env = {**os.environ, "FETCHPROXY_STORE": str(tmp_path / "store")}
+
+    def on_a_terminal(build: str) -> str:
+        controller, device = os.openpty()
+        try:
+            process = subprocess.Popen(
+                ["setsid", "--ctty", *prefix, sys.executable, "-m", "fetchproxy", "replay",
+                 "--", "sh", "-c", build],
+                cwd=tmp_path, env=env, stdin=device, stdout=device, stderr=device,
+            )  # fmt: skip
+            assert process.wait(timeout=60) == 0
+            os.close(device)
+            device = -1
+            shown = b""
+            while True:
+                try:
+                    chunk = os.read(controller, 65536)
+                except OSError:  # EIO: nothing holds the terminal any more, all of it read
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+            return shown.decode()
+        finally:
+            os.close(controller)
+            if device >= 0:
+                os.close(device)
+
+    cut = on_a_terminal("printf 'no newline at the end'")
+    assert "no newline at the end\r\nfetchproxy: " in cut, cut
+    whole = on_a_terminal("printf 'a whole line\\n'")
+    # no empty line after a whole one (each terminal turns its \n into \r\n: \r\r\n)
+    assert re.search(r"a whole line\r+\nfetchproxy: ", whole), whole

@@ -133,6 +133,8 @@ def _origin(authority: str, text: str, form: str) -> OriginPattern:
     what a good one looks like."""
     wildcard = authority.startswith("*.")
     rest = authority[2:] if wildcard else authority
+    if rest.endswith(":"):  # URLs read an empty port as the default one; a pattern names it
+        raise _BadPattern(f"an empty port — {form}")
     try:
         netloc = normalize_url(f"http://{rest}/", secret_params=()).split("/")[2]
     except InvalidURLError as exc:

@@ -176,3 +176,11 @@ def test_a_bad_origin_pattern_says_what_is_wrong_and_what_a_good_one_is() -> Non
         "origin pattern 'files.example.org:0': port '0' is not a number from 1 to 65535 — give "
         "host, host:port or *.domain[:port], e.g. files.example.org or *.example.net:8443"
     )
+
+
+@pytest.mark.parametrize("pattern", ["files.example.org:", "[::1]:", "*.example.org:"])
+def test_an_empty_port_is_refused_not_read_as_port_80(pattern: str) -> None:
+    with pytest.raises(OriginPatternError, match="an empty port — give host, host:port"):
+        OriginPattern.parse(pattern)
+    with pytest.raises(URLPatternError, match=r"an empty port — give host\[:port\]\[/path\]"):
+        URLPattern.parse(pattern + "/index/")

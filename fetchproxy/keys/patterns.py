@@ -48,7 +48,7 @@ class OriginPatternError(FetchproxyError, ValueError):
     """An origin pattern that is not ``host``, ``host:port`` or ``*.domain[:port]``."""
 
     def __init__(self, text: str, reason: str) -> None:
-        super().__init__(f"origin pattern {text!r}: {reason}")
+        super().__init__(f"origin pattern {shown_pattern(text)!r}: {reason}")
         self.reason = reason
 
 
@@ -69,6 +69,8 @@ class OriginPattern:
     @classmethod
     def parse(cls, text: str) -> OriginPattern:
         """The pattern ``text`` stands for; :class:`OriginPatternError` saying what is wrong."""
+        if text.endswith("/") and text.count("/") == 1:
+            text = text[:-1]  # files.example.org/ names the host alone, as a URL would
         if any(part in text for part in (*_NOT_IN_A_PATTERN, "/")):
             raise OriginPatternError(
                 text,
@@ -102,17 +104,19 @@ class URLPattern:
         """The pattern ``text`` stands for; :class:`URLPatternError` saying what is wrong."""
         if any(part in text for part in _NOT_IN_A_PATTERN):
             raise URLPatternError(
-                f"URL pattern {text!r}: give host[:port][/path] without a scheme, query, "
-                "fragment or user, e.g. crates.example.org or *.example.net/index/"
+                f"URL pattern {shown_pattern(text)!r}: give host[:port][/path] without a "
+                "scheme, query, fragment or user, e.g. crates.example.org or *.example.net/index/"
             )
         authority, slash, path = text.partition("/")
         try:
             origin = _origin(authority, text, _URL_FORM)
             normal = normalize_url(f"http://x/{path if slash else ''}", secret_params=())
         except _BadPattern as exc:
-            raise URLPatternError(f"URL pattern {text!r}: {exc}") from None
+            raise URLPatternError(f"URL pattern {shown_pattern(text)!r}: {exc}") from None
         except InvalidURLError as exc:
-            raise URLPatternError(f"URL pattern {text!r}: {exc.reason} — {_URL_FORM}") from None
+            raise URLPatternError(
+                f"URL pattern {shown_pattern(text)!r}: {exc.reason} — {_URL_FORM}"
+            ) from None
         return cls(origin=origin, path="/" + normal.split("/", 3)[3], text=text)
 
     def matches(self, url: str) -> bool:
@@ -122,6 +126,19 @@ class URLPattern:
         path = "/" + url.partition("://")[2].partition("/")[2].partition("?")[0]
         prefix = self.path.rstrip("/")
         return not prefix or path == prefix or path.startswith(prefix + "/")
+
+
+def shown_pattern(text: str) -> str:
+    """``text`` fit for a message: a user and password (``***@``) and a query (``?…``) are
+    not repeated — a pattern refused for holding them may hold a credential."""
+    shown, question, _ = text.partition("?")
+    start = shown.find("://")
+    start = start + 3 if start >= 0 else 0
+    end = shown.find("/", start)
+    at = shown.rfind("@", start, len(shown) if end < 0 else end)
+    if at >= 0:
+        shown = shown[:start] + "***" + shown[at:]
+    return shown + ("?…" if question else "")
 
 
 class _BadPattern(Exception):  # noqa: N818 -- internal, carries the reason to the parsers

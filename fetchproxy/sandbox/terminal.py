@@ -66,6 +66,45 @@ def input_raw(attributes: list[Any]) -> list[Any]:
     return raw
 
 
+def mid_line_after(data: bytes, *, was: bool) -> bool:
+    """Whether output leaves the terminal's cursor mid-line after ``data`` (``was``: before
+    it): something other than escape sequences (a colour reset, the cursor shown again)
+    follows the last newline. A carriage return counts as text: what is printed next would
+    overwrite the line's start."""
+    last = data.rfind(b"\n")
+    tail = data[last + 1 :]
+    while tail:
+        if tail[0] != 0x1B:
+            return True
+        end = _escape_length(tail)
+        if end is None:
+            return True  # cut short: take it for text
+        tail = tail[end:]
+    return was if last < 0 else False
+
+
+def _escape_length(data: bytes) -> int | None:
+    """The length of the escape sequence ``data`` starts with (ECMA-48: CSI, OSC, or ESC and
+    one byte); None when it is not complete."""
+    if len(data) < 2:
+        return None
+    kind = data[1]
+    if kind == 0x5B:  # CSI: parameters, intermediates, one final byte
+        for index in range(2, len(data)):
+            byte = data[index]
+            if 0x40 <= byte <= 0x7E:
+                return index + 1
+            if not 0x20 <= byte <= 0x3F:
+                return None
+        return None
+    if kind == 0x5D:  # OSC: up to BEL or ST (ESC \\)
+        bell, st = data.find(b"\x07", 2), data.find(b"\x1b\\", 2)
+        if bell < 0 and st < 0:
+            return None
+        return bell + 1 if st < 0 or 0 <= bell < st else st + 2
+    return 2
+
+
 def _write_all(fd: int, data: bytes) -> None:
     while data:
         data = data[os.write(fd, data) :]
@@ -141,7 +180,7 @@ class Terminal:
                 return
             if not data:
                 return
-            self.mid_line = not data.endswith(b"\n")
+            self.mid_line = mid_line_after(data, was=self.mid_line)
             try:
                 _write_all(output, data)
             except OSError:  # the user's terminal is gone: keep draining, or the build blocks

@@ -55,7 +55,7 @@ def test_a_pattern_names_a_host_a_port_and_a_path(pattern: str, url: str, matche
         ("*.[::1]", "URL pattern '*.[::1]': *. goes with names, not addresses"),
         (
             "h/p?q=1",
-            "URL pattern 'h/p?q=1': give host[:port][/path] without a scheme, query, "
+            "URL pattern 'h/p?…': give host[:port][/path] without a scheme, query, "
             "fragment or user, e.g. crates.example.org or *.example.net/index/",
         ),
     ],
@@ -141,22 +141,22 @@ def test_an_origin_pattern_names_a_host_and_a_port(
 
 
 @pytest.mark.parametrize(
-    "pattern",
+    ("pattern", "shown"),
     [
-        "https://files.example.org",  # not the host "https" on port 80
-        "files.example.org/pkg/",  # not all of files.example.org
-        "user@files.example.org",
-        "files.example.org?x=1",
-        "files.example.org#top",
+        ("https://files.example.org", "https://files.example.org"),  # not the host "https"
+        ("files.example.org/pkg/", "files.example.org/pkg/"),  # not all of files.example.org
+        ("user@files.example.org", "***@files.example.org"),
+        ("files.example.org?x=1", "files.example.org?…"),
+        ("files.example.org#top", "files.example.org#top"),
     ],
 )
 def test_an_origin_pattern_with_more_than_an_origin_is_refused_not_read_as_less(
-    pattern: str,
+    pattern: str, shown: str
 ) -> None:
     with pytest.raises(OriginPatternError) as caught:
         OriginPattern.parse(pattern)
     assert str(caught.value) == (
-        f"origin pattern {pattern!r}: give host, host:port or *.domain[:port] without a "
+        f"origin pattern {shown!r}: give host, host:port or *.domain[:port] without a "
         "scheme, user, path or query, e.g. files.example.org or *.example.net:8443"
     )
 
@@ -184,3 +184,28 @@ def test_an_empty_port_is_refused_not_read_as_port_80(pattern: str) -> None:
         OriginPattern.parse(pattern)
     with pytest.raises(URLPatternError, match=r"an empty port — give host\[:port\]\[/path\]"):
         URLPattern.parse(pattern + "/index/")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "shown"),
+    [
+        ("https://ci:ghp_s3cret@files.example.org", "https://***@files.example.org"),
+        ("ci:ghp_s3cret@files.example.org:8443", "***@files.example.org:8443"),
+        ("files.example.org/pkg?token=s3cret", "files.example.org/pkg?…"),
+        ("https://u:p@files.example.org/a@b?x=s3cret", "https://***@files.example.org/a@b?…"),
+    ],
+)
+def test_a_refused_pattern_is_never_repeated_with_its_credentials(pattern: str, shown: str) -> None:
+    with pytest.raises(OriginPatternError) as origin:
+        OriginPattern.parse(pattern)
+    with pytest.raises(URLPatternError) as url:
+        URLPattern.parse(pattern)
+    for message in (str(origin.value), str(url.value)):
+        assert "s3cret" not in message
+        assert f"pattern {shown!r}: " in message
+
+
+@pytest.mark.parametrize("pattern", ["files.example.org/", "*.example.org:8443/"])
+def test_an_origin_pattern_may_end_in_a_slash_alone(pattern: str) -> None:
+    """``files.example.org/`` names the host, as the URL ``http://files.example.org/`` does."""
+    assert OriginPattern.parse(pattern) == OriginPattern.parse(pattern[:-1])

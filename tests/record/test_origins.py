@@ -67,6 +67,24 @@ def test_a_dial_that_ends_without_a_hook_leaves_nothing_behind() -> None:
         server = connection.Server(address=("localhost", 8443))
         asyncio.run(record.server_connect(ServerConnectionHookData(client=client, server=server)))
         assert server.address in {("127.0.0.1", 8443), ("::1", 8443)}  # dialled as checked
+        assert len(record._dialled) == 1  # the name, to give back once it is connected
         del server  # cancelled: no hook follows
     gc.collect()
+    assert len(record._dialled) == 0
+
+
+def test_a_dial_made_gets_its_name_back() -> None:
+    """mitmproxy reuses a server connection only for requests to the address it has: once
+    connected at the checked address, it is named again as it was asked for."""
+    record = Record(origins=OriginPolicy.of(["localhost:8443"], guard_host=False))
+    client = connection.Client(
+        peername=("127.0.0.1", 5000), sockname=("127.0.0.1", 8080), timestamp_start=0
+    )
+    server = connection.Server(address=("localhost", 8443))
+    hook = ServerConnectionHookData(client=client, server=server)
+    asyncio.run(record.server_connect(hook))
+    assert server.address != ("localhost", 8443)
+    server.state = connection.ConnectionState.OPEN  # as mitmproxy has it when connected
+    record.server_connected(hook)
+    assert server.address == ("localhost", 8443)
     assert len(record._dialled) == 0

@@ -1,5 +1,6 @@
 """The small pure parts: mountinfo, user-namespace maps, the supervisor's line protocol,
-capabilities, and the messages when the sandbox cannot be built."""
+whether a build's terminal output ended its line, capabilities, and the messages when the
+sandbox cannot be built."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from fetchproxy.sandbox.build import identity_map
 from fetchproxy.sandbox.linux import is_under, parse_mountinfo
 from fetchproxy.sandbox.supervisor import LineReader, format_message, parse_message
 from fetchproxy.sandbox.support import effective_capabilities, missing_capabilities
+from fetchproxy.sandbox.terminal import mid_line_after
 from tests.sandbox.conftest import NO_CAPABILITIES, needs_root, run_as
 
 
@@ -95,3 +97,24 @@ def test_without_root_the_sandbox_says_why_and_names_the_way_out() -> None:
         """
     )
     assert run_as(NO_CAPABILITIES, code) == [False, NOT_ROOT_MESSAGE, NOT_ROOT_MESSAGE]
+
+
+@pytest.mark.parametrize(
+    ("data", "was", "mid_line"),
+    [
+        (b"[INFO] BUILD SUCCESS", False, True),
+        (b"a whole line\n", True, False),
+        (b"done\n\x1b[0m", True, False),  # a colour reset after the newline
+        (b"done\n\x1b[?25h\x1b[0m", True, False),  # the cursor shown again, then a reset
+        (b"done\n\x1b]0;title\x07", True, False),  # a window title (OSC, ended by BEL)
+        (b"done\n\x1b]8;;\x1b\\", True, False),  # a hyperlink's end (OSC, ended by ST)
+        (b"\x1b[0m", True, True),  # no newline: as it was
+        (b"\x1b[0m", False, False),
+        (b"50%\r", False, True),  # a carriage return: the next line would overwrite it
+        (b"done\n\x1b[0", False, True),  # an escape cut short: taken for text
+        (b"done\n\x1b[0m more", False, True),
+        (b"", True, True),
+    ],
+)
+def test_whether_the_build_left_the_cursor_mid_line(data: bytes, was: bool, mid_line: bool) -> None:
+    assert mid_line_after(data, was=was) is mid_line

@@ -35,7 +35,7 @@ _VERSION_RE = re.compile(r"HTTP/1\.[01]")
 _ANY_VERSION_RE = re.compile(r"HTTP/[0-9](?:\.[0-9])?")
 _TARGET_BAD_RE = re.compile(r"[\x00-\x20\x7f]")
 _VALUE_BAD_RE = re.compile(r"[\x00\r\n]")
-_HEADER_LINE = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n]*"
+_HEADER_LINE = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n\0]*"
 _HEADER_BLOCK_RE = re.compile(rf"{_HEADER_LINE}(?:\r\n{_HEADER_LINE})*")
 """Header lines (``NAME:VALUE``, NAME a token) separated by CRLF: a head's header block."""
 _UNSAFE_RE = re.compile(r"[\r\n\0]")
@@ -132,37 +132,49 @@ def shown_target(target: str) -> str:
 
 def parse_head(raw: bytes | bytearray) -> RequestHead:
     """The request line and headers of ``raw``, a head without its final empty line."""
-    crlfs = raw.count(b"\r\n")
-    if raw.count(b"\n") != crlfs:
-        raise HTTPParseError("a bare LF in the request head (lines end in CRLF)")
-    if raw.count(b"\r") != crlfs:
-        raise HTTPParseError("a bare CR in the request head")
+    try:
+        return _parse_head(raw)
+    except HTTPParseError:
+        # A head that passes every check holds no CR or LF but its line ends; one that fails
+        # is said to have a bare one first, if it has (where two readers would split it into
+        # different lines).
+        crlfs = raw.count(b"\r\n")
+        if raw.count(b"\n") != crlfs:
+            raise HTTPParseError("a bare LF in the request head (lines end in CRLF)") from None
+        if raw.count(b"\r") != crlfs:
+            raise HTTPParseError("a bare CR in the request head") from None
+        raise
+
+
+def _parse_head(raw: bytes | bytearray) -> RequestHead:
+    """:func:`parse_head` but for the bare CR and LF it names first."""
     text = raw.decode("utf-8", "surrogateescape")
     lines = text.split("\r\n")
     parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[1] or not _TOKEN_RE.fullmatch(parts[0]):
+    if len(parts) != 3 or not parts[1] or not _is_token(parts[0]):
         raise HTTPParseError(
             f"not an HTTP/1.1 request line ({len(parts)} fields; "
             "METHOD SP TARGET SP HTTP/1.1 expected)"
         )
     method, target, version = parts
-    if not _VERSION_RE.fullmatch(version):
+    if version != "HTTP/1.1" and not _VERSION_RE.fullmatch(version):
         # named only when it is one, say HTTP/2.0: the request line may hold anything
         shown = version if _ANY_VERSION_RE.fullmatch(version) else "a version it is not"
         raise HTTPParseError(f"unsupported HTTP version {shown} (HTTP/1.1 or 1.0 expected)", 505)
-    if _TARGET_BAD_RE.search(target):
+    # (printable ASCII without a space, which split the line: what the expression allows)
+    if not (target.isascii() and target.isprintable()) and _TARGET_BAD_RE.search(target):
         raise HTTPParseError("a control character in the request target")
     headers: list[tuple[str, str]] = []
     by_name: dict[str, list[str]] = {}
     if len(lines) == 1:
         return RequestHead(method, target, version, headers, by_name)
-    # Every header line checked at once (one match over the block, the hot path of a hit); a
-    # block that fails it, or holds a NUL, is walked line by line to say which line and why.
-    checked = b"\0" not in raw and _HEADER_BLOCK_RE.fullmatch(text, len(lines[0]) + 2)
+    # Every header line checked at once (one match over the block, the hot path of a
+    # hit); a block that fails it is walked line by line to say which line and why.
+    checked = _HEADER_BLOCK_RE.fullmatch(text, len(lines[0]) + 2)
     for number, line in enumerate(lines[1:], 2):
         name, _, value = line.partition(":")
         if not checked:
-            _header(line, f"line {number} of the request head")  # raises if the line is bad
+            _header(line, f"line {number} of the request head")  # raises if it is bad
         value = value.strip(" \t")
         headers.append((name, value))
         lower = name.lower()
@@ -171,6 +183,14 @@ def parse_head(raw: bytes | bytearray) -> RequestHead:
         else:
             by_name[lower] = [value]
     return RequestHead(method, target, version, headers, by_name)
+
+
+_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "PATCH"))
+"""Methods known to be tokens: a set lookup, where most requests need no expression."""
+
+
+def _is_token(text: str) -> bool:
+    return text in _METHODS or _TOKEN_RE.fullmatch(text) is not None
 
 
 def parse_trailer(raw: bytes) -> tuple[str, str]:

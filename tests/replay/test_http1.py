@@ -82,6 +82,13 @@ REQUEST_LINE = "not an HTTP/1.1 request line ({} fields; METHOD SP TARGET SP HTT
         ),
         (b"GET /a\x01b HTTP/1.1", 400, "a control character in the request target"),
         (b"GET /a\tb HTTP/1.1", 400, "a control character in the request target"),
+        # a bare CR or LF is named before what it breaks (two readers split such a head
+        # into different lines), wherever it is
+        (b"GET /a\nb HTTP/1.1", 400, "a bare LF in the request head (lines end in CRLF)"),
+        (b"GET /a\rb HTTP/1.1", 400, "a bare CR in the request head"),
+        (b"GET /a HTTP/1.1\r\nHo\nst: x", 400, "a bare LF in the request head (lines end in CRLF)"),
+        (b"GET /a HTTP/2.0\r\nHost: x\r", 400, "a bare CR in the request head"),
+        (b"GET /a HTTP/1.1\r\nX: \0\r\nY: \r", 400, "a bare CR in the request head"),
     ],
 )
 def test_what_is_not_http_1_1_is_an_error_with_a_status(

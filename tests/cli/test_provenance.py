@@ -12,8 +12,8 @@ from fetchproxy.lock.eventlog import EventLog
 from fetchproxy.lock.file import parse_lock
 from fetchproxy.replay.book import ReplayBook
 from tests.provenance.docexamples import doc_block
-from tests.provenance.test_sbom import cyclonedx_errors, spdx_messages
 from tests.support.cli import run_fetchproxy
+from tests.support.sbom import cyclonedx_errors, spdx_messages
 
 LOCK = "fetchproxy.lock.toml"
 

@@ -40,9 +40,9 @@ from tests.clients.test_real_clients import (
     pip_recording,
     prepare_work,
 )
-from tests.provenance.test_sbom import cyclonedx_errors, spdx_messages
-from tests.run.test_attest import openssl_key
 from tests.support.real_origins import HTTPSOrigin
+from tests.support.sbom import cyclonedx_errors, spdx_messages
+from tests.support.signing import openssl_key
 
 pytestmark = [
     pytest.mark.root,

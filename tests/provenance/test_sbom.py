@@ -9,11 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cyclonedx.schema import SchemaVersion
-from cyclonedx.validation.json import JsonStrictValidator
-from spdx_tools.spdx.parser.json.json_parser import parse_from_file
-from spdx_tools.spdx.validation.document_validator import validate_full_spdx_document
-from spdx_tools.spdx.validation.validation_message import ValidationMessage
 
 from fetchproxy.digest import digest_bytes, hex_of
 from fetchproxy.lock.file import parse_lock
@@ -27,6 +22,7 @@ from fetchproxy.provenance.statement import (
     statement_problems,
 )
 from tests.provenance.docexamples import CREATED, LOCK_NAME, RUN, doc_block, example_lock
+from tests.support.sbom import cyclonedx_errors, spdx_messages
 
 
 def entry(url: str, body: bytes = b"x", status: int = 200, **fields: object) -> Entry:
@@ -81,27 +77,6 @@ LOCK = LockReference.of(LOCK_NAME, b"the lock's bytes")
 def as_json(document: dict[str, object]) -> Any:
     """A document as a reader sees it (untyped JSON)."""
     return json.loads(render(document))
-
-
-def cyclonedx_errors(document: dict[str, object]) -> object:
-    return JsonStrictValidator(SchemaVersion.V1_6).validate_str(render(document))
-
-
-def spdx_messages(document: dict[str, object], tmp_path: Path) -> list[ValidationMessage]:
-    path = tmp_path / "sbom.spdx.json"
-    path.write_text(render(document))
-    messages = validate_full_spdx_document(parse_from_file(str(path)))
-    return [m for m in messages if not _is_spdx_tools_blake3_length_bug(m)]
-
-
-def _is_spdx_tools_blake3_length_bug(message: ValidationMessage) -> bool:
-    """spdx-tools (0.8.x) wants BLAKE3 values of "at least 256" hex digits: it means 256
-    bits. SPDX 2.3 (7.10) names BLAKE3 with no length; b3sum's 64 hex digits are BLAKE3's
-    standard output. Only that message is set aside, for a 64-digit value."""
-    text = message.validation_message
-    return text.startswith(
-        "value of ChecksumAlgorithm.BLAKE3 must consist of at least 256 lowercase hexadecimal"
-    ) and text.endswith("(length: 64 digits)")
 
 
 def test_cyclonedx_validates() -> None:

@@ -32,8 +32,9 @@ from fetchproxy.lock.model import Lock
 from fetchproxy.provenance.dsse import key_id, load_public_key
 from fetchproxy.provenance.entry import entry_from_fetch
 from fetchproxy.provenance.fetchset import fetch_set_digest
-from tests.provenance.test_sbom import cyclonedx_errors, spdx_messages
 from tests.support.cli import run_fetchproxy
+from tests.support.sbom import cyclonedx_errors, spdx_messages
+from tests.support.signing import openssl_key
 
 pytestmark = [
     pytest.mark.root,
@@ -107,23 +108,6 @@ def lock_digest(work: Path) -> str:
     assert done.returncode == 0, done.stderr
     assert re.fullmatch(r"blake3:[0-9a-f]{64}\n", done.stdout)
     return done.stdout.strip()
-
-
-def openssl_key(directory: Path, kind: str, *, passphrase: str | None = None) -> tuple[Path, Path]:
-    """A private key made by openssl (encrypted with ``passphrase``), and its public key."""
-    algorithm = (
-        ["-algorithm", "ed25519"]
-        if kind == "ed25519"
-        else ["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]
-    )
-    private, public = directory / f"{kind}.pem", directory / f"{kind}.pub"
-    encrypt = [] if passphrase is None else ["-aes-256-cbc", "-pass", f"pass:{passphrase}"]
-    subprocess.run(["openssl", "genpkey", *algorithm, *encrypt, "-out", private], check=True)
-    unlock = [] if passphrase is None else ["-passin", f"pass:{passphrase}"]
-    subprocess.run(
-        ["openssl", "pkey", "-in", private, *unlock, "-pubout", "-out", public], check=True
-    )
-    return private, public
 
 
 def test_an_exact_replay_prints_and_logs_the_locks_fetch_set_digest(

@@ -177,6 +177,19 @@ def host_addresses() -> list[tuple[str, str]]:
     return [(a["family"], a["local"]) for link in links for a in link.get("addr_info", [])]
 
 
+def host_network_state() -> list[str]:
+    """What the host's namespace has: links, addresses, routes (all tables), rules."""
+    commands = [
+        ["ip", "-o", "link"],
+        ["ip", "-o", "addr"],
+        ["ip", "route", "show", "table", "all"],
+        ["ip", "-6", "route", "show", "table", "all"],
+        ["ip", "rule"],
+        ["ip", "-all", "netns", "list"],
+    ]
+    return [subprocess.run(c, check=True, capture_output=True, text=True).stdout for c in commands]
+
+
 @contextlib.contextmanager
 def host_services() -> Iterator[dict[str, socket.socket]]:
     """Host services bound to every address: TCP and UDP on 0.0.0.0, TCP on [::]."""

@@ -18,7 +18,12 @@ from fetchproxy.sandbox.netns import (
     in_new_thread,
     threads_outside_own_netns,
 )
-from tests.sandbox.conftest import NamespaceWatch, needs_root, netns_references
+from tests.sandbox.conftest import (
+    NamespaceWatch,
+    host_network_state,
+    needs_root,
+    netns_references,
+)
 
 pytestmark = pytest.mark.root
 
@@ -49,19 +54,6 @@ def addresses(netns_fd: int) -> dict[str, list[str]]:
         ]
         for link in ip_json(netns_fd, "addr")
     }
-
-
-def host_network_state() -> list[str]:
-    """What the host's namespace has: links, addresses, routes (all tables), rules."""
-    commands = [
-        ["ip", "-o", "link"],
-        ["ip", "-o", "addr"],
-        ["ip", "route", "show", "table", "all"],
-        ["ip", "-6", "route", "show", "table", "all"],
-        ["ip", "rule"],
-        ["ip", "-all", "netns", "list"],
-    ]
-    return [subprocess.run(c, check=True, capture_output=True, text=True).stdout for c in commands]
 
 
 def test_the_sandbox_has_lo_and_one_veth_end_without_a_default_route(sandbox: Sandbox) -> None:

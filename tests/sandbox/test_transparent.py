@@ -31,8 +31,7 @@ from fetchproxy.sandbox.nftables import (
     table_names,
 )
 from fetchproxy.sandbox.root import TRANSPARENT_PORT
-from tests.sandbox.conftest import PROBE, Builds, needs_root
-from tests.sandbox.test_netns import host_network_state
+from tests.sandbox.conftest import PROBE, Builds, host_network_state, needs_root
 
 SO_ORIGINAL_DST = 80
 

@@ -96,8 +96,7 @@ def generated() -> dict[str, str]:
         fetch_set_statement,
         serialize_statement,
     )
-    from tests.review.test_merge import conflicted
-    from tests.review.test_packages import NEW, OLD
+    from tests.review.example_locks import NEW, OLD, conflicted
 
     entries, lock = example_lock()
     version = RUN.fetchproxy_version
@@ -153,7 +152,7 @@ def generated() -> dict[str, str]:
             "lock", "diff", "--format", "markdown", "old.lock.toml", "new.lock.toml"
         ).split("\n", 1)[1]
 
-        from tests.review.test_merge import merge_sides
+        from tests.review.example_locks import merge_sides
 
         for name, side in zip(("base", "ours", "theirs"), merge_sides(), strict=True):
             write_lock(work / f"{name}.lock.toml", side)

@@ -15,7 +15,7 @@ from fetchproxy.lock.model import Lock
 from fetchproxy.review.diff import diff_locks
 from fetchproxy.review.markdown import MAX_ITEMS, code, render_markdown
 from fetchproxy.review.packages import package_diff
-from tests.review.test_packages import NEW, OLD, file
+from tests.review.example_locks import NEW, OLD, file
 from tests.support.cli import run_command
 
 ALLOWED_TAGS = {"h3", "p", "strong", "ul", "li", "code", "details", "summary"}

@@ -14,17 +14,8 @@ from fetchproxy.digest import digest_bytes
 from fetchproxy.lock.file import LockFileError, load_lock, parse_lock, render_lock, write_lock
 from fetchproxy.lock.model import Fetch, Lock
 from fetchproxy.review.merge import merge_locks, render_merge
+from tests.review.example_locks import B2, A, B, C, D, conflicted, entry
 from tests.support.cli import run_command, run_fetchproxy
-from tests.support.locks import make_fetch
-
-
-def entry(path: str, body: bytes = b"v1", **fields: object) -> Fetch:
-    values: dict[str, object] = {"status": 200, "digest": digest_bytes(body), "size": len(body)}
-    values.update(fields)
-    return make_fetch(url=f"https://example.org/{path}", **values)
-
-
-A, B, C, D = entry("a"), entry("b"), entry("c"), entry("d")
 
 
 def test_both_sides_additions_are_kept_and_one_sided_removals_happen() -> None:
@@ -81,23 +72,6 @@ def test_two_additions_of_one_request_with_different_answers_conflict() -> None:
         Lock(), Lock.from_fetches([entry("a", b"x")]), Lock.from_fetches([entry("a", b"y")])
     )
     assert [c.base for c in merge.conflicts] == [None]
-
-
-B2 = entry("b", b"theirs, too")
-
-
-def merge_sides() -> tuple[Lock, Lock, Lock]:
-    """Base, ours, theirs: a gets two answers; ours removed b, theirs changed it; both kept c;
-    ours added d."""
-    return (
-        Lock.from_fetches([A, B, C]),
-        Lock.from_fetches([entry("a", b"ours"), C, D]),
-        Lock.from_fetches([entry("a", b"theirs"), B2, C]),
-    )
-
-
-def conflicted() -> str:
-    return render_merge(merge_locks(*merge_sides()))
 
 
 def test_a_conflict_is_written_in_its_place_between_markers() -> None:

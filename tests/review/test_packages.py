@@ -23,47 +23,26 @@ from fetchproxy.review.packages import (
     render_packages_text,
     version_order,
 )
-from tests.support.cli import run_command
-from tests.support.locks import make_fetch
-
-NPM_ACCEPT = "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8, */*"
-PYPI = "https://files.pythonhosted.org/packages"
-
-
-def file(url: str, body: bytes, **fields: object) -> Fetch:
-    values: dict[str, object] = {"status": 200, "digest": digest_bytes(body), "size": len(body)}
-    values.update(fields)
-    return make_fetch(url=url, **values)
-
-
-PACKUMENT_1 = file("https://registry.npmjs.org/acc-right", b"{v1}", accept=NPM_ACCEPT)
-ACC_1 = file("https://registry.npmjs.org/acc-right/-/acc-right-1.0.0.tgz", b"acc 1.0.0")
-ACC_2 = file("https://registry.npmjs.org/acc-right/-/acc-right-1.1.0.tgz", b"acc 1.1.0")
-IDNA_INDEX = file("https://pypi.org/simple/idna/", b"<a>3.9</a>", content_type="text/html")
-IDNA_39 = file(f"{PYPI}/aa/idna-3.9-py3-none-any.whl", b"idna 3.9")
-IDNA_310 = file(f"{PYPI}/bb/idna-3.10-py3-none-any.whl", b"idna 3.10")
-SIX = file(f"{PYPI}/cc/six-1.16.0-py2.py3-none-any.whl", b"six")
-FOO = file(f"{PYPI}/dd/foo-1.0-py3-none-any.whl", b"foo 1.0")
-FOO_MIRROR = file("https://mirror.example.net/pypi/foo-1.0-py3-none-any.whl", b"foo 1.0, re-tagged")
-BAR = file(f"{PYPI}/ee/bar-2.0-py3-none-any.whl", b"bar 2.0")
-BAR_MOVED = file("https://mirror.example.net/pypi/bar-2.0-py3-none-any.whl", b"bar 2.0")
-BAR_312 = file(f"{PYPI}/ee/bar-2.0-cp312-cp312-manylinux_2_17_x86_64.whl", b"bar 2.0 cp312")
-TOOL = file("https://example.org/tools/install.sh", b"#!/bin/sh\n")
-
-OLD = Lock.from_fetches([PACKUMENT_1, ACC_1, IDNA_INDEX, IDNA_39, FOO, BAR, TOOL])
-NEW = Lock.from_fetches(
-    [
-        dataclasses.replace(PACKUMENT_1, digest=digest_bytes(b"{v1, v2}"), size=8),
-        ACC_2,
-        dataclasses.replace(IDNA_INDEX, digest=digest_bytes(b"<a>3.10</a>"), size=11),
-        IDNA_310,
-        SIX,
-        FOO_MIRROR,
-        BAR_MOVED,
-        BAR_312,
-        dataclasses.replace(TOOL, content_type="text/x-sh"),
-    ]
+from tests.review.example_locks import (
+    ACC_1,
+    ACC_2,
+    BAR,
+    BAR_312,
+    BAR_MOVED,
+    FOO,
+    FOO_MIRROR,
+    IDNA_39,
+    IDNA_310,
+    IDNA_INDEX,
+    NEW,
+    NPM_ACCEPT,
+    OLD,
+    PACKUMENT_1,
+    SIX,
+    TOOL,
+    file,
 )
+from tests.support.cli import run_command
 
 
 def view(old: Lock = OLD, new: Lock = NEW) -> PackageDiff:

@@ -27,6 +27,11 @@ from fetchproxy.store import DiskStore
 from tests.support.origin import Origin, OriginPKI, make_pki, standard_site
 from tests.support.proxy import Paths, ProxyThread, Rig, StartProxy
 
+# pytest explains a failed assert (the values on each side) only in the modules it rewrites:
+# test modules, conftest files, and these. The real-client tests' shared checks (a replay
+# served every entry, a build recorded) live there and fail with the values too.
+pytest.register_assert_rewrite("tests.clients.support")
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Property tests: derandomized and without a database in CI (a failure is the same

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clients.test_real_clients import (
+from tests.clients.support.builds import (
     LOCK,
     assert_replay_served,
     events,

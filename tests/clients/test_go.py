@@ -28,14 +28,14 @@ from urllib.parse import unquote
 
 import pytest
 
-from tests.clients.test_real_clients import (
+from tests.clients.support.builds import (
     LOCK,
     assert_replay_served,
     fetchproxy,
     lock_entries,
     prepare_work,
+    resolving,
 )
-from tests.clients.test_toolchains import resolving
 from tests.support.real_origins import HTTPSOrigin, OriginReply, OriginRequest, Respond
 from tests.support.tools import require
 

@@ -25,9 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.clients.test_provenance_clients import Registry, registry
-from tests.clients.test_real_clients import assert_replay_served, fetchproxy, lock_entries
-from tests.clients.test_toolchains import CI_VARIABLES, resolving
+from tests.clients.support.builds import assert_replay_served, fetchproxy, lock_entries, resolving
+from tests.clients.support.npm_registry import CI_VARIABLES, Registry, registry
 from tests.support.tools import require
 
 __all__ = ["registry"]  # a fixture, imported to be used here

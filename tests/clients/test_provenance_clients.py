@@ -9,18 +9,11 @@ npm also re-records after a release, and ``lock diff --packages`` says it in pac
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import http.server
-import io
 import json
 import os
 import re
 import shutil
 import subprocess
-import tarfile
-import threading
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import quote
 
@@ -30,16 +23,10 @@ from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import SSlibKey
 
 from fetchproxy.provenance.dsse import key_id, load_public_key
-from tests.clients.test_real_clients import (
-    LOCK,
-    PipRecording,
-    assert_replay_served,
-    fetchproxy,
-    git_origin,
-    pip_install,
-    pip_recording,
-    prepare_work,
-)
+from tests.clients.support.builds import LOCK, assert_replay_served, fetchproxy, prepare_work
+from tests.clients.support.git_http import git_origin
+from tests.clients.support.npm_registry import Registry, registry
+from tests.clients.support.pip_index import PipRecording, pip_install, pip_recording
 from tests.support.real_origins import HTTPSOrigin
 from tests.support.sbom import cyclonedx_errors, spdx_messages
 from tests.support.signing import openssl_key
@@ -48,7 +35,7 @@ pytestmark = [
     pytest.mark.root,
     pytest.mark.skipif(os.geteuid() != 0, reason="the network sandbox needs root (CI is root)"),
 ]
-__all__ = ["git_origin", "pip_recording"]  # fixtures, imported to be used here
+__all__ = ["git_origin", "pip_recording", "registry"]  # fixtures, imported to be used here
 
 DIGEST_LINE = re.compile(r"^fetchproxy: fetch-set digest (blake3:[0-9a-f]{64}) ", re.M)
 CREATED = "2026-01-01T00:00:00Z"
@@ -178,99 +165,6 @@ def test_git_provenance(
 
 
 # ------------------------------------------------------------------------------------------ npm
-
-
-def npm_tarball(name: str, version: str, dependencies: Mapping[str, str] = {}) -> bytes:
-    """A package tarball, byte for byte the same on every run."""
-    buffer = io.BytesIO()
-    manifest = {"name": name, "version": version, "main": "index.js"}
-    files = {
-        "package/package.json": json.dumps(
-            {**manifest, "dependencies": dict(dependencies)} if dependencies else manifest
-        ),
-        "package/index.js": f"module.exports = {json.dumps(version)};\n",
-    }
-    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.USTAR_FORMAT) as archive:
-        for path, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(path)
-            info.size, info.mtime, info.mode = len(data), 0, 0o644
-            archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
-class Registry:
-    """A plain-HTTP npm registry on 127.0.0.62 (npm through a proxy needs a host name for TLS;
-    over plain HTTP an address does): ``publish`` adds a version and makes it ``latest``."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.versions: dict[str, dict[str, dict[str, object]]] = {}  # by package
-        self.requests: list[str] = []
-        registry = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                registry.requests.append(self.path)
-                body = registry.files.get(self.path)
-                if body is None:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                kind = (
-                    "application/json"
-                    if not self.path.endswith(".tgz")
-                    else "application/octet-stream"
-                )
-                self.send_header("content-type", kind)
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.62", 0), Handler)
-        self.url = f"http://127.0.0.62:{self.server.server_address[1]}/"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.running = True
-
-    def publish(self, name: str, version: str, dependencies: Mapping[str, str] = {}) -> None:
-        data = npm_tarball(name, version, dependencies)
-        path = f"/{name}/-/{name}-{version}.tgz"
-        self.files[path] = data
-        integrity = base64.b64encode(hashlib.sha512(data).digest()).decode()
-        versions = self.versions.setdefault(name, {})
-        versions[version] = {
-            "name": name,
-            "version": version,
-            **({"dependencies": dict(dependencies)} if dependencies else {}),
-            "dist": {
-                "tarball": f"{self.url.rstrip('/')}{path}",
-                "shasum": hashlib.sha1(data).hexdigest(),
-                "integrity": f"sha512-{integrity}",
-            },
-        }
-        packument = {"name": name, "dist-tags": {"latest": version}, "versions": versions}
-        self.files[f"/{name}"] = json.dumps(packument).encode()
-
-    def stop(self) -> None:
-        if not self.running:
-            return
-        self.running = False
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
-
-
-@pytest.fixture
-def registry() -> Iterator[Registry]:
-    registry = Registry()
-    try:
-        yield registry
-    finally:
-        registry.stop()
 
 
 def npm_install(registry: Registry, spec: str) -> list[str]:

@@ -12,106 +12,42 @@ sandboxed build sees.
 from __future__ import annotations
 
 import gzip
-import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from fetchproxy.keys.gitbody import canonical_body
-from tests.support.cli import with_test_origins
-from tests.support.real_origins import (
-    HTTPSOrigin,
-    OriginRequest,
-    fast_import_branches,
-    git_env,
-    git_http_backend,
-    make_wheel,
-    simple_index,
-    static_site,
+from tests.clients.support.builds import (
+    LOCK,
+    assert_replay_served,
+    events,
+    fetchproxy,
+    lock_entries,
+    prepare_work,
 )
+from tests.clients.support.git_http import BRANCHES, git_origin
+from tests.clients.support.pip_index import (
+    PIP_WHEELS,
+    PipRecording,
+    installed,
+    pip_install,
+    pip_recording,
+)
+from tests.support.real_origins import HTTPSOrigin, OriginRequest, git_env
+
+__all__ = ["git_origin", "pip_recording"]  # fixtures, imported to be used here
 
 pytestmark = [
     pytest.mark.root,
     pytest.mark.skipif(os.geteuid() != 0, reason="the network sandbox needs root (CI is root)"),
 ]
 
-LOCK = "fetchproxy.lock.toml"
-BRANCHES = 40  # a clone then wants 40 refs: its request body exceeds 1 KiB and git gzips it
 UPLOAD_PACK_REQUEST = "application/x-git-upload-pack-request"
-
-
-def fetchproxy(
-    work: Path,
-    store: Path,
-    *args: str | Path,
-    env: Mapping[str, str] = {},
-    prefix: Sequence[str] = (),
-) -> subprocess.CompletedProcess[str]:
-    """``fetchproxy ARGS`` run from ``work`` (after ``prefix``), with a build environment free
-    of local config."""
-    base = {
-        k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PIP_", "FETCHPROXY_"))
-    }
-    return subprocess.run(
-        [*prefix, sys.executable, "-m", "fetchproxy", *with_test_origins([str(a) for a in args])],
-        cwd=work,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={
-            **base,
-            "FETCHPROXY_STORE": str(store),
-            "HOME": str(work / "home"),  # under the working directory: the build sees it
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_TERMINAL_PROMPT": "0",
-            "PIP_CONFIG_FILE": os.devnull,  # pip reads no configuration file at all
-            "PIP_NO_INPUT": "1",
-            **env,
-        },
-    )
-
-
-def lock_entries(work: Path) -> int:
-    return (work / LOCK).read_text().count("\n[[fetch]]\n")
-
-
-def events(work: Path) -> list[dict[str, object]]:
-    log = work / "fetchproxy.lock.log.jsonl"
-    lines = log.read_text().splitlines() if log.exists() else []
-    found = [json.loads(line) for line in lines if line.strip()]
-    return [event for event in found if event["event"] not in ("used", "fetch-set")]
-
-
-def assert_replay_served(
-    replayed: subprocess.CompletedProcess[str], work: Path, *, requests: int
-) -> None:
-    """The replay succeeded, answered ``requests`` requests and used every lock entry."""
-    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-    summary = re.search(
-        rf"^fetchproxy: served (\d+) fetch(?:es)? \([^)]*\) from {LOCK}; refused (\d+)$",
-        replayed.stderr,
-        re.MULTILINE,
-    )
-    assert summary is not None, replayed.stderr
-    assert (int(summary[1]), int(summary[2])) == (requests, 0)
-    assert "went unused" not in replayed.stderr
-    assert events(work) == []  # no refusal, no unused entry
-
-
-def prepare_work(tmp_path: Path) -> Path:
-    """The build's working directory (a subdirectory: /tmp's own children are private)."""
-    work = tmp_path / "work"
-    (work / "home").mkdir(parents=True)
-    return work
 
 
 # ------------------------------------------------------------------------------------------ git
@@ -148,19 +84,6 @@ def clone_result(path: Path) -> Clone:
         commits=int(git("rev-list", "--count", "HEAD")),
         files=files,
     )
-
-
-@pytest.fixture
-def git_origin(tmp_path: Path) -> Iterator[HTTPSOrigin]:
-    root = tmp_path / "git-origin"
-    fast_import_branches(root / "repo.git", BRANCHES)
-    subprocess.run(  # the server asks clients for a session id, which differs on every run
-        ["git", "-C", str(root / "repo.git"), "config", "transfer.advertiseSID", "true"],
-        env=git_env(root),
-        check=True,
-    )
-    with HTTPSOrigin(tmp_path / "git-origin-tls", git_http_backend(root)) as origin:
-        yield origin
 
 
 def upload_pack_bodies(requests: list[OriginRequest]) -> list[bytes]:
@@ -306,75 +229,6 @@ def test_git_protocol_v0_replay_of_a_v2_recording_is_refused(
 
 
 # ------------------------------------------------------------------------------------------ pip
-
-PIP_WHEELS = (
-    make_wheel("demo-dep", "1.0", {"demo_dep/__init__.py": 'GREETING = "hello from demo-dep"\n'}),
-    make_wheel("demo-pkg", "0.9", {"demo_pkg/__init__.py": 'VERSION = "0.9"\n'}),
-    make_wheel(
-        "demo-pkg",
-        "1.0",
-        {"demo_pkg/__init__.py": 'from demo_dep import GREETING\n\nVERSION = "1.0"\n'},
-        requires=["demo-dep>=1.0"],
-    ),
-)
-
-
-BASE_PYTHON = str(Path(sys.base_prefix) / "bin" / "python3")
-"""The interpreter outside the test's venv: the venv may live in a checkout under /tmp, which
-the sandbox makes private; the base installation (with its own pip) is where the build sees it."""
-
-
-def pip_install(index_url: str) -> list[str]:
-    return [
-        BASE_PYTHON,
-        "-I",  # isolated: no PYTHONPATH, no user site
-        "-m",
-        "pip",
-        "install",
-        "--no-cache-dir",
-        "--no-compile",  # .pyc files embed the install time
-        "--disable-pip-version-check",
-        "--index-url",
-        index_url,
-        "--target",
-        "site",
-        "demo-pkg",
-    ]
-
-
-def installed(site: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(site)): p.read_bytes() for p in sorted(site.rglob("*")) if p.is_file()
-    }
-
-
-@dataclass(frozen=True)
-class PipRecording:
-    lock: Path
-    store: Path
-    index_url: str
-    site: dict[str, bytes]
-
-
-@pytest.fixture(scope="module")
-def pip_recording(tmp_path_factory: pytest.TempPathFactory) -> PipRecording:
-    """``pip install demo-pkg`` recorded once from a static simple index; the origin stopped."""
-    tmp = tmp_path_factory.mktemp("pip-record")
-    work, store = prepare_work(tmp), tmp / "store"
-    with HTTPSOrigin(tmp / "origin", static_site(simple_index(PIP_WHEELS))) as origin:
-        index_url = f"{origin.url}/simple/"
-        recorded = fetchproxy(
-            work, store, "record", "--upstream-ca", origin.ca_path, "--", *pip_install(index_url)
-        )
-    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
-    assert [r.target for r in origin.requests] == [
-        "/simple/demo-pkg/",
-        "/files/demo_pkg-1.0-py3-none-any.whl",
-        "/simple/demo-dep/",
-        "/files/demo_dep-1.0-py3-none-any.whl",
-    ]
-    assert "fetchproxy: recorded 4 fetches" in recorded.stderr
-    return PipRecording(work / LOCK, store, index_url, installed(work / "site"))
 
 
 def test_pip_installs_the_same_from_the_replay(tmp_path: Path, pip_recording: PipRecording) -> None:

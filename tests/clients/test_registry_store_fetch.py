@@ -1,12 +1,12 @@
 """``fetchproxy store fetch`` refills a store from a lock made against a token registry.
 
 The registry, the token server (real ES256 JWTs the registry verifies) and the skopeo pull are
-:mod:`tests.clients.test_registry`'s. A pull is recorded, the store emptied, and ``store fetch``
-run on the host (no sandbox: it talks to the origins itself): it must answer each manifest's
-and blob's Bearer challenge with an anonymous token from the realm, compare the token entry
-redacted as record stored it, fetch the locked ``401`` as it is, and write no token anywhere.
-Then ``replay --exact`` with the registry and the token server stopped serves the pull from
-the refilled store.
+:mod:`tests.clients.support.oci_registry`'s. A pull is recorded, the store emptied, and
+``store fetch`` run on the host (no sandbox: it talks to the origins itself): it must answer
+each manifest's and blob's Bearer challenge with an anonymous token from the realm, compare the
+token entry redacted as record stored it, fetch the locked ``401`` as it is, and write no token
+anywhere. Then ``replay --exact`` with the registry and the token server stopped serves the
+pull from the refilled store.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ import pytest
 
 from fetchproxy.ca import CertificateAuthority
 from fetchproxy.store import DiskStore
-from tests.clients import test_registry
-from tests.clients.test_real_clients import LOCK, fetchproxy, prepare_work
-from tests.clients.test_registry import (
+from tests.clients.support.builds import LOCK, fetchproxy, prepare_work, resolving
+from tests.clients.support.oci_registry import (
     NAME,
     PASSWORD,
     REPOSITORY,
@@ -31,17 +30,16 @@ from tests.clients.test_registry import (
     TAG,
     USER,
     TokenRegistry,
+    ca,
     kept_by_fetchproxy,
     pull,
     record,
     replay,
+    token_registry,
     tree,
 )
-from tests.clients.test_toolchains import resolving
 
-# test_registry's fixtures, by their names here: pytest finds fixtures among a module's names
-ca = test_registry.ca
-token_registry = test_registry.token_registry
+__all__ = ["ca", "token_registry"]  # fixtures, imported to be used here
 
 pytestmark = [
     pytest.mark.root,

@@ -33,14 +33,15 @@ from typing import Any
 import pytest
 
 from fetchproxy.record.tokens import PLACEHOLDER
-from tests.clients.test_provenance_clients import Registry, registry
-from tests.clients.test_real_clients import (
+from tests.clients.support.builds import (
     LOCK,
     assert_replay_served,
     fetchproxy,
     lock_entries,
     prepare_work,
+    resolving,
 )
+from tests.clients.support.npm_registry import CI_VARIABLES, Registry, registry
 from tests.support.real_origins import (
     HOST,
     HTTPSOrigin,
@@ -261,16 +262,6 @@ JAVA_FILES = {
 JAVA_BUILD = 'java Fetch.java "$@"'  # the JDK's own HTTP client, as every JVM build tool has
 
 
-def resolving(tmp_path: Path, name: str, *, address: str = HOST) -> list[str]:
-    """A command prefix: run in a private mount namespace whose /etc/hosts also maps ``name`` to
-    the origins' 127.0.0.2, or ``address`` (the host's file is never touched)."""
-    require("unshare", install="apt-get install util-linux")
-    hosts = tmp_path / "hosts"
-    hosts.write_text(Path("/etc/hosts").read_text() + f"\n{address} {name}\n")
-    script = 'mount --bind "$0" /etc/hosts && exec "$@"'
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(hosts)]
-
-
 def java_work(tmp_path: Path) -> Path:
     work = prepare_work(tmp_path)
     (work / "Fetch.java").write_text(FETCH_JAVA)
@@ -432,10 +423,6 @@ def test_a_lock_made_with_one_accept_serves_another_where_accept_selects_nothing
 
 
 # ------------------------------------------------------------------------------ self-update checks
-
-CI_VARIABLES = ("CI", "CONTINUOUS_INTEGRATION", "BUILD_NUMBER", "RUN_ID", "GITHUB_ACTIONS")
-"""What npm takes for "in CI" (its ci-info), where it never checks for updates: unset in the
-build, as on a laptop, where a recording would otherwise lock the check."""
 
 
 def test_npm_asks_for_no_update_of_itself_on_a_laptop(tmp_path: Path, registry: Registry) -> None:

@@ -30,14 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.clients.test_real_clients import (
-    BASE_PYTHON,
-    LOCK,
-    events,
-    fetchproxy,
-    installed,
-    prepare_work,
-)
+from tests.clients.support.builds import LOCK, events, fetchproxy, prepare_work
+from tests.clients.support.pip_index import BASE_PYTHON, installed
 from tests.support.real_origins import HTTPSOrigin, make_wheel, simple_index, static_site
 from tests.support.tools import missing_tool
 

@@ -227,7 +227,7 @@ def test_the_examples_in_the_docs_are_what_the_example_lock_gives(tmp_path: Path
 
 
 REPO = Path(__file__).parents[2]
-# The shapes the real-client tests record (tests/test_real_clients.py, tests/real_origins.py):
+# The shapes the real-client tests record (tests/clients/, tests/support/real_origins.py):
 # pip against a static PEP 503 index, git over smart HTTP.
 REAL_CLIENTS = """\
 version = 1

@@ -198,6 +198,46 @@ def test_the_docs_name_only_modules_that_exist() -> None:
     assert stale == []
 
 
+def _imported_modules(path: Path, module: str) -> set[str]:
+    """Every module ``path`` (the module named ``module``) may import, anywhere in it: each
+    ``import a.b``, and for ``from a import b`` both ``a`` and ``a.b`` (``b`` may be a module);
+    a relative import is read from the module's package."""
+    package = module.split(".")[: -1 if path.name != "__init__.py" else None]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            source = ".".join([*base, *([node.module] if node.module else [])])
+            names.add(source)
+            names.update(f"{source}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_no_module_of_the_tests_imports_a_test_module() -> None:
+    """What two test modules share (a helper, a fixture, a constant) lives in a module that is
+    not a test: :mod:`tests.support`, a package's own support module (``tests/clients/support/``,
+    ``tests/review/example_locks.py``) or its ``conftest.py``. A test module imported by another
+    runs inside it, lends it fixtures without saying so, and cannot be split or renamed without
+    breaking a module that does not look related; a support module that imports one is the same
+    knot. Every import counts, a function's own too."""
+    tests = REPO / "tests"
+    modules = {
+        ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): path
+        for path in sorted(tests.rglob("*.py"))
+        if "__pycache__" not in path.parts
+    }
+    test_modules = {name for name, path in modules.items() if path.name.startswith("test_")}
+    assert len(test_modules) > 90  # the tests are where this looks for them
+    imports = [
+        f"{path.relative_to(REPO)} imports {name}"
+        for module, path in modules.items()
+        for name in sorted(_imported_modules(path, module) & test_modules - {module})
+    ]
+    assert imports == []
+
+
 def test_nothing_refers_to_issue_numbers() -> None:
     """Issue numbers mean nothing to a reader of the repository: the text says what and why."""
     pattern = re.compile(r"\bissues? ?#?\d+\b|\bissue \d+'s\b", re.IGNORECASE)

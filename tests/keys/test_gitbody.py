@@ -259,9 +259,9 @@ def test_content_type_parameters_and_case_and_query() -> None:
         body(b"command=fetch", b"agent=x", FLUSH, b"want " + OID_A + b"\n", FLUSH),
         body(b"command=fetch", b"agent=x", RESPONSE_END, FLUSH),  # response-end in a request
         b"\x1f\x8b not gzip",
-        gzip.compress(v0(CAPS_243_CI))[:-4],  # truncated gzip
-        gzip.compress(v0(CAPS_243_CI)) + b"junk",
-        gzip.compress(b"not pkt-lines agent=x"),
+        gzip.compress(v0(CAPS_243_CI), mtime=0)[:-4],  # truncated gzip
+        gzip.compress(v0(CAPS_243_CI), mtime=0) + b"junk",
+        gzip.compress(b"not pkt-lines agent=x", mtime=0),
         zlib.compress(v0(CAPS_243_CI)),  # zlib, not gzip
     ],
 )

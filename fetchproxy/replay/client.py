@@ -261,7 +261,8 @@ class ClientConnection(asyncio.Protocol):
             elif type(event) is Request:
                 continue  # the head alone decides nothing: the body may be keyed
             elif event is NEED_DATA:
-                if http.client_waits_for_continue:
+                # (only a body can be waited for: between requests, no property to ask)
+                if http.their_state is State.SEND_BODY and http.client_waits_for_continue:
                     self._send(http.send_continue())
                 break
             else:
@@ -397,6 +398,12 @@ class ClientConnection(asyncio.Protocol):
         )
         values = head.by_name.get  # (head.get, without a call per header: a hit's hot path)
         ranges, upgrades = values("range"), values("upgrade")
+        plain = ranges is None and http.takes_prepared
+        if plain and upgrades is None and known.hit is not None and known.whole is not None:
+            server.replayer.served(known.hit)  # decided when it was prepared
+            http.sent_prepared()
+            self._send(known.whole)
+            return
         range_header = ranges[0] if ranges else None
         decision = server.replayer.decide(
             known.lookup,
@@ -408,13 +415,6 @@ class ClientConnection(asyncio.Protocol):
             self._write_answer(head, decision.answer, decision.text)
             return
         fetch = decision.fetch
-        plain = range_header is None and http.takes_prepared
-        whole = known.whole
-        if whole is not None and plain:
-            server.replayer.served(decision)
-            http.sent_prepared()
-            self._send(whole)
-            return
         if fetch.size <= SMALL_BODY:
             cached = server.blobs.cached(fetch.digest)
             if cached is not None and len(cached) == fetch.size:
@@ -423,7 +423,7 @@ class ClientConnection(asyncio.Protocol):
                     whole = answer_bytes(
                         answer.status, answer.reason, answer.headers, _body(head, answer, cached)
                     )
-                    server.prepare(known, whole)
+                    server.prepare(known, decision, whole)
                     server.replayer.served(decision)
                     http.sent_prepared()
                     self._send(whole)

@@ -61,7 +61,7 @@ class Hit:
     the whole answer's bytes prepared for this request sends those and never needs it.
     """
 
-    __slots__ = ("_answer", "fetch", "key", "method", "range_header")
+    __slots__ = ("_answer", "_body_bytes", "fetch", "key", "method", "range_header")
 
     def __init__(
         self, key: RequestKey, fetch: Fetch, *, method: str, range_header: str | None
@@ -71,6 +71,7 @@ class Hit:
         self.method = method
         self.range_header = range_header
         self._answer: Answer | None = None
+        self._body_bytes: int | None = None
 
     @property
     def answer(self) -> Answer:
@@ -82,10 +83,16 @@ class Hit:
 
     @property
     def body_bytes(self) -> int:
-        """The body bytes this answer sends."""
-        if self._answer is None and self.range_header is None:  # the whole body, or none
-            return 0 if self.method == "HEAD" else self.fetch.size
-        return self.answer.body_bytes(self.fetch.size)
+        """The body bytes this answer sends (worked out once: a prepared hit is counted again
+        for every request it answers)."""
+        found = self._body_bytes
+        if found is None:
+            if self._answer is None and self.range_header is None:  # the whole body, or none
+                found = 0 if self.method == "HEAD" else self.fetch.size
+            else:
+                found = self.answer.body_bytes(self.fetch.size)
+            self._body_bytes = found
+        return found
 
 
 class Replayer:

@@ -61,7 +61,7 @@ from fetchproxy.replay.listener import (
     original_destination,
     repeats,
 )
-from fetchproxy.replay.replayer import Lookup, Replayer
+from fetchproxy.replay.replayer import Hit, Lookup, Replayer
 
 logger = logging.getLogger("fetchproxy.replay")
 
@@ -308,10 +308,11 @@ class ReplayServer(Engine):
             self._keys[cache_key] = found
         return found
 
-    def prepare(self, known: Known, whole: bytes) -> None:
-        """Keep the whole answer to a request seen again (a verified small body), in budget."""
+    def prepare(self, known: Known, hit: Hit, whole: bytes) -> None:
+        """Keep the whole answer to a request seen again (a verified small body, the whole of
+        it: no Range), with the hit it answers, in budget."""
         if self._prepared_bytes + len(whole) <= _PREPARED_BYTES:
-            known.whole = whole
+            known.whole, known.hit = whole, hit
             self._prepared_bytes += len(whole)
 
 
@@ -332,10 +333,13 @@ _NO_NAMES = _NoNames()
 
 
 class Known:
-    """What a request line and its selecting headers map to; ``whole`` the answer's bytes."""
+    """What a request line and its selecting headers map to; once prepared, ``whole`` the
+    bytes of the answer to such a request without a Range, and ``hit`` the decision they
+    answer (the same for every such request: a lock does not change during a run)."""
 
-    __slots__ = ("lookup", "whole")
+    __slots__ = ("hit", "lookup", "whole")
 
     def __init__(self, lookup: Lookup) -> None:
         self.lookup = lookup
         self.whole: bytes | None = None
+        self.hit: Hit | None = None

@@ -1,15 +1,17 @@
-"""One HTTP/1.1 connection, server side, without I/O: bytes in, events out (h11's shape).
+"""One HTTP/1.1 connection, server side, without I/O: bytes in, events out (after h11).
 
 The server feeds what it reads to :meth:`H1Connection.receive_data` (and the client's end of
 stream to :meth:`~H1Connection.receive_eof`), then takes events from
 :meth:`~H1Connection.next_event` until it returns :data:`NEED_DATA` (read more) or
-:data:`PAUSED` (answer first): :class:`Request` when a head is read, :class:`EndOfMessage`
-with the whole body when the request is complete, :class:`ConnectionClosed` once the client
-closed and nothing it sent is left. A request that is not valid HTTP/1.1 raises
-:class:`~fetchproxy.replay.http1.HTTPParseError` — the only exception any input can raise —
-and the server answers it with :meth:`~H1Connection.refuse`. Answers go out through the
-methods that return their bytes (:meth:`~H1Connection.respond`, :meth:`~H1Connection.whole`,
-:meth:`~H1Connection.send_continue`, :meth:`~H1Connection.accept_tunnel`, ...).
+:data:`PAUSED` (answer first): for a request with a body, :class:`Request` when its head is read
+and :class:`EndOfMessage` with the whole body when it is complete; a request without one is
+complete with its head, one :class:`EndOfMessage` (its head is :attr:`H1Connection.head`);
+:class:`ConnectionClosed` once the client closed and nothing it sent is left. A request that is
+not valid HTTP/1.1 raises :class:`~fetchproxy.replay.http1.HTTPParseError` — the only exception
+any input can raise — and the server answers it with :meth:`~H1Connection.refuse`. Answers go
+out through the methods that return their bytes (:meth:`~H1Connection.respond`,
+:meth:`~H1Connection.whole`, :meth:`~H1Connection.send_continue`,
+:meth:`~H1Connection.accept_tunnel`, ...).
 
 Both sides' states, the events and every transition are the tables of
 :mod:`fetchproxy.replay.h1state`: a step they do not hold is a bug in the caller and raises
@@ -29,6 +31,7 @@ from fetchproxy.replay.h1state import (
     NEED_DATA,
     OUR_STEPS,
     PAUSED,
+    READ_WHOLE,
     SETTLED,
     THEIR_STEPS,
     ConnectionClosed,
@@ -275,8 +278,14 @@ class H1Connection:
         self.head = head
         framing = NO_BODY if head.method == "CONNECT" else body_framing(head, self.max_body)
         self.keep_alive = self.keep_alive and head.keep_alive
-        self._body = _Body(head, framing, self.max_body) if framing is not NO_BODY else None
-        self._continue = self._body is not None and head.expects_continue
+        if framing is NO_BODY:  # the head is the whole request: both steps at once
+            self._body = None
+            self._continue = False
+            self.requests += 1
+            self.their_state, self.our_state = READ_WHOLE[self.keep_alive]
+            return _NO_BODY
+        self._body = _Body(head, framing, self.max_body)
+        self._continue = head.expects_continue
         self._step_theirs(Request)
         return Request(head)
 

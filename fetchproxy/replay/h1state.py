@@ -56,7 +56,7 @@ class Sent(enum.Enum):
 
 
 class Request:
-    """A request head, read; its body (if any) follows in :class:`EndOfMessage`."""
+    """The head of a request with a body, read; the body follows in :class:`EndOfMessage`."""
 
     __slots__ = ("head",)
 
@@ -65,7 +65,8 @@ class Request:
 
 
 class EndOfMessage:
-    """The request is complete: its whole body (``b""`` when it has none)."""
+    """The request is complete: its whole body (``b""`` when it has none: then it is the only
+    event of the request, which is all head)."""
 
     __slots__ = ("body",)
 
@@ -148,3 +149,14 @@ SETTLED: Final = {
     for alive in (True, False)
 }
 """Every (client, server, kept alive) and where it settles: the tables, worked out once."""
+
+
+def _read_whole(*, alive: bool) -> tuple[State, State]:
+    """Where (client, server) are after a request without a body is read from the idle pair:
+    its two steps (:class:`Request`, then :class:`EndOfMessage`), each settled."""
+    theirs, ours = SETTLED[THEIR_STEPS[State.IDLE][Request], State.IDLE, alive]
+    return SETTLED[THEIR_STEPS[theirs][EndOfMessage], ours, alive]
+
+
+READ_WHOLE: Final = {alive: _read_whole(alive=alive) for alive in (True, False)}
+"""(client, server) after a whole request read at once from (IDLE, IDLE), by kept alive."""

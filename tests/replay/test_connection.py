@@ -108,18 +108,19 @@ def test_a_head_too_long_is_431_whether_it_ended_or_not() -> None:
 # --- requests in, events out ---------------------------------------------------------------
 
 
-def test_a_request_is_a_head_then_its_end_then_a_pause_until_it_is_answered() -> None:
+def test_a_request_without_a_body_is_its_end_then_a_pause_until_it_is_answered() -> None:
     connection = H1Connection()
     connection.receive_data(GET + GET)
     got = events(connection)
-    assert kinds(got) == ["Request", "EndOfMessage", "paused"]
-    request = got[0]
-    assert isinstance(request, Request)
-    assert (request.head.method, request.head.target) == ("GET", "/a")
+    assert kinds(got) == ["EndOfMessage", "paused"]  # the head is the whole request
+    assert isinstance(got[0], EndOfMessage)
+    assert got[0].body == b""
+    assert connection.head is not None
+    assert (connection.head.method, connection.head.target) == ("GET", "/a")
     assert states(connection) == (State.DONE, State.SEND_RESPONSE)
     assert answer(connection).startswith(b"HTTP/1.1 200 OK\r\n")
     assert states(connection) == (State.IDLE, State.IDLE)  # kept alive: the next cycle
-    assert kinds(events(connection)) == ["Request", "EndOfMessage", "paused"]  # pipelined
+    assert kinds(events(connection)) == ["EndOfMessage", "paused"]  # pipelined
     answer(connection)
     assert kinds(events(connection)) == ["need data"]
     assert connection.requests == 2
@@ -128,7 +129,7 @@ def test_a_request_is_a_head_then_its_end_then_a_pause_until_it_is_answered() ->
 def test_a_head_with_an_empty_line_before_it_is_read() -> None:
     connection = H1Connection()
     connection.receive_data(b"\r\n" + GET)
-    assert kinds(events(connection)) == ["Request", "EndOfMessage", "paused"]
+    assert kinds(events(connection)) == ["EndOfMessage", "paused"]
 
 
 @pytest.mark.parametrize(
@@ -259,7 +260,7 @@ def test_100_continue_is_sent_once_and_only_to_a_client_that_waits() -> None:
 def test_connect_switches_to_a_tunnel_and_hands_on_what_followed() -> None:
     connection = H1Connection()
     connection.receive_data(b"CONNECT files.example:443 HTTP/1.1\r\n\r\n\x16\x03\x01rest")
-    assert kinds(events(connection)) == ["Request", "EndOfMessage", "paused"]
+    assert kinds(events(connection)) == ["EndOfMessage", "paused"]
     assert connection.accept_tunnel() == b"HTTP/1.1 200 Connection established\r\n\r\n"
     assert states(connection) == (State.SWITCHED, State.SWITCHED)
     assert connection.trailing_data() == b"\x16\x03\x01rest"
@@ -285,9 +286,9 @@ def test_the_client_closing_after_its_requests_gets_them_answered_then_closed() 
     connection = H1Connection()
     connection.receive_data(GET + GET)
     connection.receive_eof()
-    assert kinds(events(connection)) == ["Request", "EndOfMessage", "paused"]
+    assert kinds(events(connection)) == ["EndOfMessage", "paused"]
     answer(connection)
-    assert kinds(events(connection)) == ["Request", "EndOfMessage", "paused"]
+    assert kinds(events(connection)) == ["EndOfMessage", "paused"]
     answer(connection)
     assert kinds(events(connection)) == ["ConnectionClosed"]
     assert states(connection) == (State.CLOSED, State.MUST_CLOSE)

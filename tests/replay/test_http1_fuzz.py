@@ -30,7 +30,7 @@ from fetchproxy.replay.connection import (
     State,
     Wait,
 )
-from fetchproxy.replay.http1 import HTTPParseError
+from fetchproxy.replay.http1 import HTTPParseError, RequestHead
 from tests.replay.serving import HOST, SMALL, WAIT, Client, ServerThread, get, make_files
 
 _LONG = int(os.environ.get("FETCHPROXY_FUZZ_EXAMPLES", "0") or 0)
@@ -197,7 +197,7 @@ def drive(pieces: list[bytes], *, eof: bool) -> list[object]:
             else:
                 connection.receive_data(piece)
             continue
-        out.append(seen(event))
+        out.append(seen(event, connection.head))
         if not isinstance(event, Request | EndOfMessage):
             break  # closed, paused, or waiting for what never comes
         if isinstance(event, EndOfMessage):
@@ -213,12 +213,17 @@ def drive(pieces: list[bytes], *, eof: bool) -> list[object]:
     return out
 
 
-def seen(event: Request | EndOfMessage | ConnectionClosed | Wait) -> object:
+def seen(
+    event: Request | EndOfMessage | ConnectionClosed | Wait, head: RequestHead | None
+) -> object:
+    """An event as a plain value; a request's end with its head (a request without a body is
+    that one event)."""
     if isinstance(event, Request):
         head = event.head
         return ("request", head.method, head.target, head.version, head.headers)
     if isinstance(event, EndOfMessage):
-        return ("end", event.body)
+        assert head is not None
+        return ("end", head.method, head.target, head.version, head.headers, event.body)
     return "closed" if isinstance(event, ConnectionClosed) else event.value
 
 
@@ -252,13 +257,9 @@ def test_the_splits_of_a_known_stream_agree() -> None:
         b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
     )
     whole = drive([data], eof=True)
-    assert [e[0] for e in whole[:-1] if isinstance(e, tuple)] == [
-        "request",
-        "end",
-        "request",
-        "end",
-    ]
-    assert ("end", b"abc") in whole
+    assert [e[0] for e in whole[:-1] if isinstance(e, tuple)] == ["request", "end", "end"]
+    assert ("end", "POST", "/p", "HTTP/1.1", [("Transfer-Encoding", "chunked")], b"abc") in whole
+    assert ("end", "GET", "/a", "HTTP/1.1", [("Host", "x")], b"") in whole  # all head
     for cut in range(1, len(data)):
         assert drive([data[:cut], data[cut:]], eof=True) == whole
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -66,10 +66,20 @@ def origin() -> Iterator[str]:
         thread.join()
 
 
-def fetchproxy(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """``fetchproxy ARGS`` in ``tmp_path``, its store there too; ``env``: more variables."""
+def fetchproxy(
+    tmp_path: Path, *args: str, prefix: Sequence[str] = (), **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``fetchproxy ARGS`` in ``tmp_path``, its store there too; ``env``: more variables;
+    ``prefix``: what runs it (as :func:`run_fetchproxy` takes it)."""
     store = str(tmp_path / "store")
-    return run_fetchproxy(*args, cwd=tmp_path, env={**os.environ, "FETCHPROXY_STORE": store, **env})
+    environment = {**os.environ, "FETCHPROXY_STORE": store, **env}
+    return run_fetchproxy(*args, cwd=tmp_path, env=environment, prefix=prefix)
+
+
+SIGINT_AT_ITS_DEFAULT = ("env", "--default-signal=INT")
+"""A build's SIGINT is as its launcher's was, and a shell without job control starts what it
+runs in the background with SIGINT ignored (a CI job started that way, say): the run is
+started with SIGINT at its default, so that a build can be stopped by one."""
 
 
 def namespaces_and_veths() -> tuple[str, str]:
@@ -220,7 +230,7 @@ def test_a_failed_build_that_changed_the_lock_is_not_called_unchanged(
 
 def test_a_build_stopped_by_a_signal_leaves_the_lock(tmp_path: Path, origin: str) -> None:
     build = f"curl -sSf -o a {origin}/file.txt; kill -INT $$"
-    result = fetchproxy(tmp_path, "record", "--", "sh", "-c", build)
+    result = fetchproxy(tmp_path, "record", "--", "sh", "-c", build, prefix=SIGINT_AT_ITS_DEFAULT)
     assert result.returncode == 128 + signal.SIGINT, result.stderr
     assert "the build was stopped by SIGINT: fetchproxy.lock.toml is unchanged" in result.stderr
     assert not (tmp_path / "fetchproxy.lock.toml").exists()

@@ -3,9 +3,9 @@
 ``run_transfers(items, work, ...)`` calls ``work(item, meter)`` for every item on at most
 ``concurrency`` worker threads, handing out items only as threads free up (so memory does not
 grow with the number of items). ``work`` reports the bytes it moves to the ``Meter``; the
-calling thread turns them into a ``Progress`` for ``on_progress`` every ``interval`` seconds
-and once at the end, so a CLI can redraw a terminal line or print one summary line without
-any locking of its own.
+calling thread turns them into a ``Progress`` for ``on_progress`` at once, then at most every
+``interval`` seconds (however many items finish meanwhile), and once at the end, so a CLI can
+redraw a terminal line or print one summary line without any locking or timing of its own.
 
 Failures: a ``StoreError`` from ``work`` is that item's failure and the others go on, unless
 ``stops_all(error)`` says it would fail every item alike (refused credentials, an unreachable
@@ -131,6 +131,8 @@ def run_transfers(
                 )
             )
 
+    report(final=False)  # where it starts: nothing done, the totals known
+    reported = time.monotonic()
     with ThreadPoolExecutor(concurrency, thread_name_prefix="fetchproxy-transfer") as pool:
         finished_cleanly = False
         try:
@@ -154,7 +156,10 @@ def run_transfers(
                         stopped = stopped or stops_all(error)
                     else:
                         raise error
-                report(final=False)
+                now = time.monotonic()
+                if now - reported >= interval:
+                    report(final=False)
+                    reported = now
             finished_cleanly = True
         finally:
             if not finished_cleanly:  # a bug or an interrupt: stop the workers at once

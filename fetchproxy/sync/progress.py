@@ -1,16 +1,15 @@
 """How a transfer of many blobs shows itself: a line redrawn on a terminal, one summary line.
 
-:class:`ProgressLine` is the ``on_progress`` callback of a push, pull or fetch: on a terminal
-it redraws one line (blobs done of all, bytes done of all, the rate) at most every 0.2 s and
-clears it at the end; elsewhere (a CI log) it prints nothing, so a log gets only the summary
-the caller prints once (:func:`summary_text`). The texts themselves are pure functions.
+:class:`ProgressLine` is the ``on_progress`` callback of a push, pull or fetch: on a terminal it
+redraws one line (blobs done of all, bytes done of all, the rate) for each report of the
+transfer pool (at once, then at most every 0.2 s) and clears it at the end; elsewhere (a CI log)
+it prints nothing, so a log gets only the summary the caller prints once (:func:`summary_text`).
+The texts themselves are pure functions.
 """
 
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable
 from typing import TextIO
 
 from fetchproxy.store.transfer import Progress
@@ -47,26 +46,13 @@ def summary_text(
 
 
 class ProgressLine:
-    """The progress callback: one line redrawn on a terminal, nothing elsewhere.
+    """The progress callback: one line redrawn on a terminal for each report (the transfer
+    pool reports at most every 0.2 s), nothing elsewhere."""
 
-    The first report is drawn at once; later ones only ``every`` seconds after the last
-    drawn (a pool finishing many small blobs reports each, which would flood a terminal).
-    """
-
-    def __init__(
-        self,
-        action: str,
-        stream: TextIO | None = None,
-        *,
-        every: float = 0.2,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, action: str, stream: TextIO | None = None) -> None:
         self.action = action
         self.stream = stream if stream is not None else sys.stderr
-        self.every = every
-        self.clock = clock
         self.shown = False
-        self._drawn_at = 0.0
         try:
             self.terminal = self.stream.isatty()
         except (AttributeError, ValueError):  # a closed or odd stream: no terminal
@@ -80,10 +66,6 @@ class ProgressLine:
                 self.stream.write(_CLEAR)
                 self.stream.flush()
             return
-        now = self.clock()
-        if self.shown and now - self._drawn_at < self.every:
-            return
         self.stream.write(_CLEAR + progress_text(self.action, progress))
         self.stream.flush()
         self.shown = True
-        self._drawn_at = now

@@ -62,6 +62,25 @@ def test_all_done_with_bounded_concurrency_and_progress() -> None:
     assert [p.final for p, _ in seen].count(True) == 1
 
 
+def test_progress_is_reported_at_once_then_at_most_every_interval() -> None:
+    """Many items finishing within one interval make one report, not one each: a terminal
+    line redrawn per blob would flood the terminal on a pull of many small blobs."""
+    seen: list[Progress] = []
+
+    def work(item: int, meter: Meter) -> int:
+        meter.add(1)
+        return item
+
+    run_transfers(
+        range(200), work, total=200, concurrency=4, stops_all=never_stops, bytes_total=200,
+        on_progress=seen.append, interval=60.0,
+    )  # fmt: skip
+    assert [(p.objects_done, p.bytes_done, p.final) for p in seen] == [
+        (0, 0, False),  # at once: what is to come
+        (200, 200, True),
+    ]
+
+
 def test_an_objects_own_failure_lets_the_others_go_on() -> None:
     def work(item: int, meter: Meter) -> int:
         if item % 5 == 0:

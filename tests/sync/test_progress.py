@@ -1,5 +1,5 @@
-"""The progress line: what it says, when it is redrawn, that it is cleared, and silence off a
-terminal."""
+"""The progress line: what it says, that it is redrawn and cleared, and silence off a
+terminal (how often it is redrawn is the transfer pool's: tests/store/test_transfer.py)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,6 @@ MiB = 1 << 20
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def at(done: int, bytes_done: int, *, final: bool = False) -> Progress:
@@ -42,16 +34,11 @@ def test_the_line_says_blobs_bytes_and_rate() -> None:
     assert progress_text("fetch", unknown) == "fetchproxy: fetch: 0/2 blobs, 0 B, 0 B/s"
 
 
-def test_the_first_report_is_drawn_at_once_and_later_ones_at_most_every_interval() -> None:
-    terminal, clock = Terminal(), Clock()
-    line = ProgressLine("push", terminal, every=0.2, clock=clock)
+def test_each_report_redraws_the_line_and_the_last_clears_it() -> None:
+    terminal = Terminal()
+    line = ProgressLine("push", terminal)
     line(at(0, 0))
-    clock.now += 0.05
-    line(at(1, MiB))  # a blob finished 50 ms later: not drawn
-    clock.now += 0.05
-    line(at(2, 2 * MiB))  # nor this one
-    clock.now += 0.15
-    line(at(3, 3 * MiB))  # 0.25 s after the last drawn: drawn
+    line(at(3, 3 * MiB))
     line(at(4, 8 * MiB, final=True))
     assert terminal.getvalue() == (
         "\r\x1b[Kfetchproxy: push: 0/4 blobs, 0 B of 8.0 MiB, 0 B/s"

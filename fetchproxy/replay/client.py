@@ -399,10 +399,12 @@ class ClientConnection(asyncio.Protocol):
         values = head.by_name.get  # (head.get, without a call per header: a hit's hot path)
         ranges, upgrades = values("range"), values("upgrade")
         plain = ranges is None and http.takes_prepared
-        if plain and upgrades is None and known.hit is not None and known.whole is not None:
-            server.replayer.served(known.hit)  # decided when it was prepared
+        prepared = known.prepared
+        if prepared is not None and plain and upgrades is None:
+            hit, whole = prepared
+            server.replayer.served(hit)  # decided when it was prepared
             http.sent_prepared()
-            self._send(known.whole)
+            self._send(whole)
             return
         range_header = ranges[0] if ranges else None
         decision = server.replayer.decide(

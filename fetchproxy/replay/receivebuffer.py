@@ -35,9 +35,6 @@ class ReceiveBuffer:
     def __len__(self) -> int:
         return len(self._data) - self._start
 
-    def __bool__(self) -> bool:
-        return self._start != len(self._data)
-
     def append(self, data: bytes) -> None:
         """Bytes that arrived after those buffered."""
         if not data:

@@ -312,7 +312,7 @@ class ReplayServer(Engine):
         """Keep the whole answer to a request seen again (a verified small body, the whole of
         it: no Range), with the hit it answers, in budget."""
         if self._prepared_bytes + len(whole) <= _PREPARED_BYTES:
-            known.whole, known.hit = whole, hit
+            known.prepared = (hit, whole)
             self._prepared_bytes += len(whole)
 
 
@@ -333,13 +333,12 @@ _NO_NAMES = _NoNames()
 
 
 class Known:
-    """What a request line and its selecting headers map to; once prepared, ``whole`` the
-    bytes of the answer to such a request without a Range, and ``hit`` the decision they
-    answer (the same for every such request: a lock does not change during a run)."""
+    """What a request line and its selecting headers map to; once ``prepared``, the decision
+    for such a request without a Range and the bytes of its whole answer (the same for every
+    such request: a lock does not change during a run)."""
 
-    __slots__ = ("hit", "lookup", "whole")
+    __slots__ = ("lookup", "prepared")
 
     def __init__(self, lookup: Lookup) -> None:
         self.lookup = lookup
-        self.whole: bytes | None = None
-        self.hit: Hit | None = None
+        self.prepared: tuple[Hit, bytes] | None = None

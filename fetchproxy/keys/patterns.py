@@ -38,10 +38,10 @@ from fetchproxy.keys.url import (
 )
 
 _NOT_IN_A_PATTERN = ("://", "?", "#", "@")
-_ORIGIN_FORM = (
-    "give host, host:port or *.domain[:port], e.g. files.example.org or *.example.net:8443"
-)
-_URL_FORM = "give host[:port][/path], e.g. crates.example.org or *.example.net/index/"
+_ORIGIN_EXAMPLE = "e.g. files.example.org or *.example.net:8443"
+_ORIGIN_FORM = f"give host, host:port or *.domain[:port], {_ORIGIN_EXAMPLE}"
+_URL_EXAMPLE = "e.g. crates.example.org or *.example.net/index/"
+_URL_FORM = f"give host[:port][/path], {_URL_EXAMPLE}"
 
 
 class OriginPatternError(FetchproxyError, ValueError):
@@ -75,7 +75,7 @@ class OriginPattern:
             raise OriginPatternError(
                 text,
                 "give host, host:port or *.domain[:port] without a scheme, user, path or "
-                "query, e.g. files.example.org or *.example.net:8443",
+                f"query, {_ORIGIN_EXAMPLE}",
             )
         try:
             return _origin(text, text, _ORIGIN_FORM)
@@ -105,7 +105,7 @@ class URLPattern:
         if any(part in text for part in _NOT_IN_A_PATTERN):
             raise URLPatternError(
                 f"URL pattern {shown_pattern(text)!r}: give host[:port][/path] without a "
-                "scheme, query, fragment or user, e.g. crates.example.org or *.example.net/index/"
+                f"scheme, query, fragment or user, {_URL_EXAMPLE}"
             )
         authority, slash, path = text.partition("/")
         try:
